@@ -1,0 +1,1 @@
+"""Standard-library-only verl reward functions."""

@@ -1,0 +1,1 @@
+# rlvr: shared library for the rlvr-recipes project
