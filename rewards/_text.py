@@ -1,0 +1,95 @@
+"""Shared text handling for the reward functions: think blocks and tagged answers.
+
+Standard library only, and every function does work bounded by C-speed string scans
+(``str.find``/``str.rfind``) plus at most ``MAX_CANDIDATES`` Python-level steps, so a 1 MB
+adversarial response costs well under a millisecond here.
+
+Thinking rule (documented in docs/REWARD_COUNTDOWN.md): a position in the response is *inside
+thinking* when the nearest think tag before it is ``<think>``, or, when there is no think tag
+before it, when the first think tag after it is ``</think>`` (the response started inside a
+think block that the chat template opened, as DeepSeek-R1 style templates do). Think blocks do
+not nest: ``<think> a <think> b </think> c`` leaves ``c`` outside thinking.
+"""
+
+from __future__ import annotations
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+# Rejected candidates (answers found inside thinking) examined before giving up. Each rejection
+# skips a whole think block, so only a response with this many think blocks after its last
+# real answer is affected; it then scores as "no answer".
+MAX_CANDIDATES = 64
+
+# Only the response's last characters are read. CPython's substring search costs up to ~4 ns per
+# character on adversarial text (characters that collide with the needle's shift table), and a
+# grade makes a handful of scans, so this bounds a call to about a millisecond. 131,072 characters
+# is over 30k tokens of English, longer than any response length the recipes configure; a window
+# that starts inside a think block is still read right when that block closes in the window.
+MAX_RESPONSE_CHARS = 131_072
+
+
+def as_text(value: object) -> str | None:
+    """The response's last ``MAX_RESPONSE_CHARS`` characters as ``str``, or None for non-text.
+
+    Bytes are decoded leniently (only the tail is decoded).
+    """
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value[-4 * MAX_RESPONSE_CHARS :]).decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        return None
+    return value[-MAX_RESPONSE_CHARS:] if len(value) > MAX_RESPONSE_CHARS else value
+
+
+def thinking_start(text: str, pos: int) -> int:
+    """Where the think block holding ``pos`` starts, or -1 when ``pos`` is outside thinking.
+
+    For the implicit block of a response that starts inside thinking, the start is 0.
+    """
+    last_open = text.rfind(THINK_OPEN, 0, pos)
+    last_close = text.rfind(THINK_CLOSE, 0, pos)
+    if last_open > last_close:
+        return last_open
+    if last_open == -1 and last_close == -1:
+        first_open = text.find(THINK_OPEN, pos)
+        first_close = text.find(THINK_CLOSE, pos)
+        if first_close != -1 and (first_open == -1 or first_close < first_open):
+            return 0
+    return -1
+
+
+def last_tagged(text: str, open_tag: str, close_tag: str) -> str | None:
+    """Content of the last complete ``open_tag ... close_tag`` pair outside thinking, or None.
+
+    A pair counts when its opening tag is outside thinking. An opening tag without a closing tag
+    after it (a truncated answer) does not count.
+    """
+    end = len(text)
+    for _ in range(MAX_CANDIDATES):
+        close_at = text.rfind(close_tag, 0, end)
+        if close_at == -1:
+            return None
+        open_at = text.rfind(open_tag, 0, close_at)
+        if open_at == -1:
+            return None
+        block_start = thinking_start(text, open_at)
+        if block_start == -1:
+            return text[open_at + len(open_tag) : close_at]
+        # Everything from the think block's start to here is thinking: skip it whole.
+        end = block_start
+    return None
+
+
+def last_marker_tail(text: str, marker: str, tail_chars: int) -> str | None:
+    """The ``tail_chars`` characters after the last ``marker`` outside thinking, or None."""
+    end = len(text)
+    for _ in range(MAX_CANDIDATES):
+        at = text.rfind(marker, 0, end)
+        if at == -1:
+            return None
+        block_start = thinking_start(text, at)
+        if block_start == -1:
+            start = at + len(marker)
+            return text[start : start + tail_chars]
+        end = block_start
+    return None

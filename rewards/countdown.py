@@ -1,0 +1,276 @@
+"""Countdown reward for verl: the output contract the prompt states, and the grader that reads it.
+
+Usage (verl overrides):
+    custom_reward_function.path=rewards/countdown.py custom_reward_function.name=compute_score
+
+The model must put one arithmetic expression inside ``<answer>...</answer>``, outside any
+``<think>`` block. The expression uses every given number exactly once, integer literals in
+plain decimal digits, binary ``+ - * /`` and parentheses. Unary minus/plus is not allowed
+(Countdown's own rules combine numbers with binary operations only, and data prep's generator
+and solver follow the same grammar). The value is computed exactly over the rationals.
+
+Scores (kwargs come from ``custom_reward_function.reward_kwargs``):
+
+====================================  =========================================
+response                              score
+====================================  =========================================
+no complete answer outside thinking   0.0
+answer present, invalid expression    ``format_score`` (default 0.1)
+valid expression, wrong value         ``format_score``, or with ``shaping=True``
+                                      ``format_score + (1 - format_score) / (1 + |value - target|)``
+valid expression, exact target        1.0
+====================================  =========================================
+
+Standard library only; never evaluates model text; never raises on any response or ground
+truth (invalid *kwargs* raise ValueError at the first call, since they are a config bug).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+try:
+    from rewards._text import as_text, last_tagged
+except ImportError:  # loaded by file path (verl's custom_reward_function) outside the project
+    import importlib.util as _ilu
+    import pathlib as _pl
+
+    _spec = _ilu.spec_from_file_location(
+        "_rlvr_reward_text", _pl.Path(__file__).with_name("_text.py")
+    )
+    _mod = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    as_text, last_tagged = _mod.as_text, _mod.last_tagged
+
+# --- output contract: the text the prompt shows, next to the parser that grades it -------------
+
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+
+#: Rules stated in every Countdown prompt (data prep and eval import this).
+RULES = (
+    "You may use +, -, *, / and parentheses, and each number must be used exactly once. "
+    "Put ONLY the final expression inside <answer> </answer> tags, for example "
+    "<answer>(1 + 2) / 3</answer>."
+)
+
+#: Extra instruction for the `think` template (Qwen3-style reasoning before the answer).
+THINK_INSTRUCTION = "Show your reasoning in <think> </think> tags, then give the final answer."
+
+#: The seed's few-shot example, prepended by the `fewshot` template.
+FEWSHOT_EXAMPLE = (
+    "Q: Using the numbers 2, 3, 7, reach the target number 13. " + RULES + "\n"
+    "A: <answer>(2 * 3) + 7</answer>"
+)
+
+
+def task_text(numbers: Iterable[int], target: int) -> str:
+    """The problem statement for one task, with the contract's rules."""
+    listed = ", ".join(str(int(n)) for n in numbers)
+    return f"Using the numbers {listed}, reach the target number {int(target)}. {RULES}"
+
+
+# --- grading ------------------------------------------------------------------------------------
+
+#: Longest answer (characters) that is parsed; longer ones are invalid. Real answers for up to six
+#: numbers are well under 100 characters.
+MAX_ANSWER_CHARS = 512
+#: Ground truths outside these bounds are reported as bad (``bad_ground_truth``), not graded.
+MAX_NUMBERS = 16
+MAX_MAGNITUDE = 10**9
+#: Deepest parenthesis nesting accepted; deeper is invalid (keeps recursion bounded).
+MAX_DEPTH = 32
+
+_ALLOWED = re.compile(r"[0-9+\-*/() \t\r\n]*")
+_TOKEN = re.compile(r"[0-9]+|[-+*/()]")
+
+
+class _Invalid(Exception):
+    """The expression is outside the grammar or breaks the number rule."""
+
+
+def _tokenize(expr: str) -> list[str]:
+    if not _ALLOWED.fullmatch(expr):
+        raise _Invalid("character outside digits, + - * / ( ) and spaces")
+    tokens = _TOKEN.findall(expr)
+    if not tokens:
+        raise _Invalid("empty expression")
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over tokens; values are exact fractions as (numerator, denominator).
+
+    Literals are checked against the allowed multiset *before* any arithmetic, so the arithmetic
+    only ever sees the task's own (small) numbers: no exponent bombs, no huge literals.
+    """
+
+    def __init__(self, tokens: list[str], available: Counter[str]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+        self.available = available
+
+    def parse(self) -> tuple[int, int]:
+        value = self._expr(0)
+        if self.pos != len(self.tokens):
+            raise _Invalid(f"unexpected {self.tokens[self.pos]!r}")
+        if any(self.available.values()):
+            raise _Invalid("not every number used")
+        return value
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _expr(self, depth: int) -> tuple[int, int]:
+        num, den = self._term(depth)
+        while (op := self._peek()) in ("+", "-"):
+            self.pos += 1
+            rnum, rden = self._term(depth)
+            num = num * rden + rnum * den if op == "+" else num * rden - rnum * den
+            den = den * rden
+        return num, den
+
+    def _term(self, depth: int) -> tuple[int, int]:
+        num, den = self._factor(depth)
+        while (op := self._peek()) in ("*", "/"):
+            self.pos += 1
+            rnum, rden = self._factor(depth)
+            if op == "*":
+                num, den = num * rnum, den * rden
+            else:
+                if rnum == 0:
+                    raise _Invalid("division by zero")
+                num, den = num * rden, den * rnum
+        return num, den
+
+    def _factor(self, depth: int) -> tuple[int, int]:
+        token = self._peek()
+        if token is None:
+            raise _Invalid("expression ends early")
+        self.pos += 1
+        if token == "(":
+            if depth >= MAX_DEPTH:
+                raise _Invalid("parentheses nested too deep")
+            value = self._expr(depth + 1)
+            if self._peek() != ")":
+                raise _Invalid("unbalanced parentheses")
+            self.pos += 1
+            return value
+        if token[0].isdigit():
+            if self.available[token] <= 0:
+                # Covers reuse, numbers not given, and non-canonical literals such as "07".
+                raise _Invalid(f"number {token} not available")
+            self.available[token] -= 1
+            return int(token), 1
+        raise _Invalid(f"unexpected {token!r}")  # unary operators, ")" out of place
+
+
+def evaluate(expr: str, numbers: Iterable[int]) -> tuple[int, int] | None:
+    """Exact value of ``expr`` as (numerator, denominator), or None when it is invalid.
+
+    Valid means: within the grammar, within the size limits, every number in ``numbers`` used
+    exactly once, and no division by zero. The denominator may be negative; compare with
+    ``num == target * den``.
+    """
+    if len(expr) > MAX_ANSWER_CHARS:
+        return None
+    try:
+        tokens = _tokenize(expr)
+        available = Counter(str(int(n)) for n in numbers)
+        return _Parser(tokens, available).parse()
+    except _Invalid:
+        return None
+
+
+def parse_ground_truth(ground_truth: Any) -> tuple[int, list[int]] | None:
+    """``(target, numbers)`` from the data prep dict (numpy values and JSON text accepted)."""
+    try:
+        if isinstance(ground_truth, (str, bytes)):
+            ground_truth = json.loads(ground_truth)
+        target = _as_int(ground_truth["target"])
+        raw_numbers = ground_truth["numbers"]
+        if isinstance(raw_numbers, (str, bytes)) or not hasattr(raw_numbers, "__iter__"):
+            return None
+        numbers = [_as_int(n) for n in raw_numbers]
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
+        return None
+    if not 0 < len(numbers) <= MAX_NUMBERS:
+        return None
+    if any(not 0 <= n < MAX_MAGNITUDE for n in numbers) or abs(target) >= MAX_MAGNITUDE:
+        return None
+    return target, numbers
+
+
+def _as_int(value: Any) -> int:
+    """An exact integer from int, numpy integer, or integral float; anything else is an error."""
+    if isinstance(value, bool):
+        raise ValueError("bool is not a number")
+    as_int = int(value)
+    if as_int != value:
+        raise ValueError(f"{value!r} is not an integer")
+    return as_int
+
+
+def _check_kwargs(format_score: Any, shaping: Any) -> tuple[float, bool]:
+    if isinstance(format_score, bool) or not isinstance(format_score, (int, float)):
+        raise ValueError(f"countdown reward: format_score must be a number, got {format_score!r}")
+    if not 0.0 <= float(format_score) <= 1.0:
+        raise ValueError(f"countdown reward: format_score must be in [0, 1], got {format_score}")
+    if not isinstance(shaping, bool):
+        raise ValueError(f"countdown reward: shaping must be true or false, got {shaping!r}")
+    return float(format_score), shaping
+
+
+def _result(score: float, fmt: bool, valid: bool, correct: bool, bad_gt: bool) -> dict[str, float]:
+    return {
+        "score": float(score),
+        "format": float(fmt),
+        "valid": float(valid),
+        "correct": float(correct),
+        # verl reports `acc` as the core validation metric when a reward returns it.
+        "acc": float(correct),
+        "bad_ground_truth": float(bad_gt),
+    }
+
+
+def compute_score(
+    data_source: Any = None,
+    solution_str: Any = "",
+    ground_truth: Any = None,
+    extra_info: Any = None,
+    format_score: float = 0.1,
+    shaping: bool = False,
+    **_unused: Any,
+) -> dict[str, float]:
+    """Score one response. verl calls this once per response; extra verl kwargs are ignored.
+
+    ``data_source`` and ``extra_info`` never change the score.
+    """
+    format_score, shaping = _check_kwargs(format_score, shaping)
+    text = as_text(solution_str)
+    answer = last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
+    if answer is None:
+        return _result(0.0, False, False, False, False)
+    truth = parse_ground_truth(ground_truth)
+    if truth is None:
+        return _result(0.0, True, False, False, True)
+    target, numbers = truth
+    value = evaluate(answer.strip(), numbers)
+    if value is None:
+        return _result(format_score, True, False, False, False)
+    num, den = value
+    if num == target * den:
+        return _result(1.0, True, True, True, False)
+    if not shaping:
+        return _result(format_score, True, True, False, False)
+    try:
+        error = abs(num - target * den) / abs(den)
+    except OverflowError:
+        error = float("inf")
+    shaped = format_score + (1.0 - format_score) / (1.0 + error)
+    # A value within float rounding of the target must still not reach the correct score.
+    return _result(min(shaped, 1.0 - 1e-9), True, True, False, False)

@@ -1,0 +1,198 @@
+"""GSM8K reward for verl: the output contract the prompt states, and the grader that reads it.
+
+Usage (verl overrides):
+    custom_reward_function.path=rewards/gsm8k.py custom_reward_function.name=compute_score
+
+The model reasons step by step and ends with ``#### <number>`` outside any ``<think>`` block.
+The answer is read from the last ``####`` outside thinking: optional ``$`` and sign, digits with
+optional thousands commas, optional decimals; whatever follows the number is ignored
+(``#### 72 apples`` reads 72, ``#### 72.`` reads 72). It is compared with the ground truth
+exactly, as rationals (``72.00 == 72``).
+
+``method="flexible"`` also accepts, when no ``####`` answer is present, the last ``\\boxed{...}``
+and then the last "the answer is X".
+
+=========================================  ==========================
+response                                   score
+=========================================  ==========================
+no readable final answer                   0.0
+final answer read, wrong value             ``format_score`` (default 0.0)
+final answer read, equals ground truth     1.0
+=========================================  ==========================
+
+Standard library only; never evaluates model text; never raises on any response or ground
+truth (invalid *kwargs* raise ValueError at the first call, since they are a config bug).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any
+
+try:
+    from rewards._text import as_text, last_marker_tail, thinking_start
+except ImportError:  # loaded by file path (verl's custom_reward_function) outside the project
+    import importlib.util as _ilu
+    import pathlib as _pl
+
+    _spec = _ilu.spec_from_file_location(
+        "_rlvr_reward_text", _pl.Path(__file__).with_name("_text.py")
+    )
+    _mod = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    as_text, last_marker_tail, thinking_start = (
+        _mod.as_text,
+        _mod.last_marker_tail,
+        _mod.thinking_start,
+    )
+
+# --- output contract -----------------------------------------------------------------------------
+
+ANSWER_MARKER = "####"
+
+#: Instruction appended to every GSM8K question (data prep and eval import this).
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+#: Extra instruction for the `think` template.
+THINK_INSTRUCTION = (
+    'Reason inside <think> </think> tags, then write the final answer after "####" '
+    "outside the tags."
+)
+
+METHODS = ("strict", "flexible")
+
+# --- grading -------------------------------------------------------------------------------------
+
+#: Characters after a marker that are searched for the number (a number and its unit fit).
+_TAIL_CHARS = 64
+#: Longest numeric string compared; longer ones are not answers GSM8K has.
+MAX_NUMBER_CHARS = 32
+
+_NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+"
+# After "####": spaces, optional "$" and sign in either order, then the number.
+_AFTER_MARKER = re.compile(r"\s*(-)?\s*\\?\$?\s*(-)?\s*(" + _NUMBER + r")")
+_BOXED_OPEN = "\\boxed{"
+_BOXED_NUMBER = re.compile(
+    r"\s*(-)?\s*(?:\\\$|\$)?\s*(-)?\s*(" + _NUMBER + r")\s*(?:\\%|%)?\s*(?:\\text\{[^{}]*\}\s*)?\}"
+)
+_ANSWER_IS = re.compile(r"the (?:final )?answer is\s*:?\s*", re.IGNORECASE)
+_SCAN_AFTER_ANSWER_IS = 4096
+
+
+def parse_number(text: str) -> Fraction | None:
+    """A GSM8K-style number ("1,000", "-3.50", "72.") as an exact Fraction, or None."""
+    cleaned = text.strip().replace(",", "").lstrip("$")
+    if not cleaned or len(cleaned) > MAX_NUMBER_CHARS:
+        return None
+    if cleaned.endswith("."):
+        cleaned = cleaned[:-1]
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _signed(match: re.Match[str]) -> Fraction | None:
+    value = parse_number(match.group(3))
+    if value is None:
+        return None
+    negative = (match.group(1) is not None) != (match.group(2) is not None)
+    return -value if negative else value
+
+
+def extract_strict(text: str) -> Fraction | None:
+    """The number after the last ``####`` outside thinking."""
+    tail = last_marker_tail(text, ANSWER_MARKER, _TAIL_CHARS)
+    if tail is None:
+        return None
+    match = _AFTER_MARKER.match(tail)
+    return _signed(match) if match else None
+
+
+def extract_flexible(text: str) -> Fraction | None:
+    """Strict first; else the last ``\\boxed{number}``; else the last "the answer is X"."""
+    value = extract_strict(text)
+    if value is not None:
+        return value
+    tail = last_marker_tail(text, _BOXED_OPEN, _TAIL_CHARS)
+    if tail is not None:
+        match = _BOXED_NUMBER.match(tail)
+        if match:
+            return _signed(match)
+    # "the answer is" is matched case-insensitively, so only the response's end is searched, and
+    # only its last occurrence counts (when it is outside thinking).
+    last = None
+    for last in _ANSWER_IS.finditer(text, max(0, len(text) - _SCAN_AFTER_ANSWER_IS)):  # noqa: B007
+        pass
+    if last is None or thinking_start(text, last.start()) != -1:
+        return None
+    match = _AFTER_MARKER.match(text, last.end(), last.end() + _TAIL_CHARS)
+    return _signed(match) if match else None
+
+
+def parse_ground_truth(ground_truth: Any) -> Fraction | None:
+    """The reference answer: a numeric string (commas tolerated) or a number."""
+    if isinstance(ground_truth, bool):
+        return None
+    if isinstance(ground_truth, (bytes, bytearray)):
+        ground_truth = bytes(ground_truth).decode("utf-8", errors="replace")
+    if isinstance(ground_truth, str):
+        text = ground_truth.strip()
+        if text.startswith(ANSWER_MARKER):
+            text = text[len(ANSWER_MARKER) :]
+        negative = text.lstrip().startswith("-")
+        value = parse_number(text.lstrip().lstrip("-"))
+        return -value if (value is not None and negative) else value
+    try:
+        return Fraction(ground_truth.item() if hasattr(ground_truth, "item") else ground_truth)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+
+
+def _check_kwargs(method: Any, format_score: Any) -> tuple[str, float]:
+    if method not in METHODS:
+        raise ValueError(f"gsm8k reward: method must be one of {METHODS}, got {method!r}")
+    if isinstance(format_score, bool) or not isinstance(format_score, (int, float)):
+        raise ValueError(f"gsm8k reward: format_score must be a number, got {format_score!r}")
+    if not 0.0 <= float(format_score) <= 1.0:
+        raise ValueError(f"gsm8k reward: format_score must be in [0, 1], got {format_score}")
+    return method, float(format_score)
+
+
+def _result(score: float, fmt: bool, correct: bool, bad_gt: bool) -> dict[str, float]:
+    return {
+        "score": float(score),
+        "format": float(fmt),
+        "correct": float(correct),
+        "acc": float(correct),
+        "bad_ground_truth": float(bad_gt),
+    }
+
+
+def compute_score(
+    data_source: Any = None,
+    solution_str: Any = "",
+    ground_truth: Any = None,
+    extra_info: Any = None,
+    method: str = "strict",
+    format_score: float = 0.0,
+    **_unused: Any,
+) -> dict[str, float]:
+    """Score one response. verl calls this once per response; extra verl kwargs are ignored.
+
+    ``data_source`` and ``extra_info`` never change the score.
+    """
+    method, format_score = _check_kwargs(method, format_score)
+    text = as_text(solution_str)
+    if text is None:
+        return _result(0.0, False, False, False)
+    predicted = extract_strict(text) if method == "strict" else extract_flexible(text)
+    if predicted is None:
+        return _result(0.0, False, False, False)
+    truth = parse_ground_truth(ground_truth)
+    if truth is None:
+        return _result(0.0, True, False, True)
+    if predicted == truth:
+        return _result(1.0, True, True, False)
+    return _result(format_score, True, False, False)

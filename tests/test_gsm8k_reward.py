@@ -1,0 +1,152 @@
+"""GSM8K reward: answer extraction (strict and flexible), numeric comparison, adversarial input."""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewards.gsm8k import compute_score, extract_flexible, extract_strict, parse_ground_truth
+
+# (case id, response, ground truth, strict score, flexible score)
+CASES = [
+    ("plain", "5 + 67 = 72\n#### 72", "72", 1.0, 1.0),
+    ("trailing period", "#### 72.", "72", 1.0, 1.0),
+    ("decimal zeros", "#### 72.00", "72", 1.0, 1.0),
+    ("no space", "####72", "72", 1.0, 1.0),
+    ("dollar", "#### $72", "72", 1.0, 1.0),
+    ("escaped dollar", "#### \\$72", "72", 1.0, 1.0),
+    ("thousands comma", "#### 1,000", "1000", 1.0, 1.0),
+    ("comma in truth", "#### 1000", "1,000", 1.0, 1.0),
+    ("unit after", "#### 72 apples", "72", 1.0, 1.0),
+    ("sentence after", "#### 72\nI hope this helps! The end.", "72", 1.0, 1.0),
+    ("negative", "#### -5", "-5", 1.0, 1.0),
+    ("negative dollar", "#### -$5", "-5", 1.0, 1.0),
+    ("dollar negative", "#### $-5", "-5", 1.0, 1.0),
+    ("decimal", "#### 3.25", "3.25", 1.0, 1.0),
+    ("leading dot", "#### .5", "0.5", 1.0, 1.0),
+    ("percent", "#### 25%", "25", 1.0, 1.0),
+    ("last marker wins", "#### 71\nwait, recheck\n#### 72", "72", 1.0, 1.0),
+    ("last marker wins wrong", "#### 72\nwait\n#### 71", "72", 0.0, 0.0),
+    ("marker in think ignored", "<think>#### 72</think>#### 71", "72", 0.0, 0.0),
+    ("only in think", "<think>so #### 72</think> done", "72", 0.0, 0.0),
+    ("only in unclosed think", "<think>#### 72", "72", 0.0, 0.0),
+    ("after think", "<think>5+67</think>#### 72", "72", 1.0, 1.0),
+    ("orphan close", "#### 71 </think> #### 72", "72", 1.0, 1.0),
+    ("wrong value", "#### 73", "72", 0.0, 0.0),
+    ("no marker", "The total is 72.", "72", 0.0, 0.0),
+    ("marker without number", "#### seventy-two", "72", 0.0, 0.0),
+    ("comma is not decimal", "#### 72,5", "72", 1.0, 1.0),
+    ("not thousands grouping", "#### 1,00", "1", 1.0, 1.0),
+    ("boxed", "so \\boxed{72}", "72", 0.0, 1.0),
+    ("boxed dollar", "so \\boxed{\\$72}", "72", 0.0, 1.0),
+    ("boxed text unit", "\\boxed{72 \\text{apples}}", "72", 0.0, 1.0),
+    ("boxed in think", "<think>\\boxed{72}</think>", "72", 0.0, 0.0),
+    ("answer is", "So the answer is 72.", "72", 0.0, 1.0),
+    ("answer is colon", "The final answer is: $1,000", "1000", 0.0, 1.0),
+    ("answer is in think", "<think>the answer is 72</think>", "72", 0.0, 0.0),
+    ("marker beats boxed", "\\boxed{71}\n#### 72", "72", 1.0, 1.0),
+    ("expression is not a number", "#### 70+2", "72", 0.0, 0.0),
+    ("empty", "", "72", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "strict", "flexible"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_table(response: str, truth: str, strict: float, flexible: float) -> None:
+    assert compute_score("openai/gsm8k", response, truth)["score"] == strict
+    assert compute_score("openai/gsm8k", response, truth, method="flexible")["score"] == flexible
+
+
+def test_format_score_for_readable_wrong_answer() -> None:
+    assert compute_score("x", "#### 73", "72", format_score=0.1)["score"] == 0.1
+    assert compute_score("x", "no answer", "72", format_score=0.1)["score"] == 0.0
+    parts = compute_score("x", "#### 73", "72")
+    assert (parts["format"], parts["correct"], parts["acc"]) == (1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "truth",
+    ["72", " 72 ", "72.0", "#### 72", 72, 72.0, np.int64(72), np.float32(72.0), np.str_("72")],
+)
+def test_ground_truth_forms(truth: object) -> None:
+    assert compute_score("x", "#### 72", truth)["score"] == 1.0
+
+
+@pytest.mark.parametrize("truth", [None, "", "abc", [72], {"a": 1}, True, "9" * 100])
+def test_bad_ground_truth_reported(truth: object) -> None:
+    result = compute_score("x", "#### 72", truth)
+    assert result["score"] == 0.0 and result["bad_ground_truth"] == 1.0
+
+
+def test_parse_helpers() -> None:
+    assert extract_strict("#### -1,234.50 dollars") == Fraction("-1234.5")
+    assert extract_flexible("x \\boxed{-3}") == -3
+    assert parse_ground_truth("-1,000") == -1000
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"method": "loose"}, {"format_score": 2}, {"format_score": "0"}]
+)
+def test_bad_kwargs_fail_loudly(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="gsm8k reward"):
+        compute_score("x", "#### 72", "72", **kwargs)
+
+
+def test_data_source_does_not_matter() -> None:
+    scores = {
+        compute_score(ds, "#### 72", "72")["score"] for ds in ("openai/gsm8k", "countdown", None)
+    }
+    assert scores == {1.0}
+
+
+ONE_MB = 1_000_000
+ADVERSARIAL = {
+    "1MB markers": "####" * (ONE_MB // 4),
+    "1MB digits after marker": "#### " + "9" * ONE_MB,
+    "1MB commas": "#### " + "1," * (ONE_MB // 2),
+    "1MB answer-is": "the answer is " * (ONE_MB // 14),
+    "1MB boxed": "\\boxed{" * (ONE_MB // 7),
+    "1MB think opens": "<think>" * (ONE_MB // 7) + "#### 72",
+    "1MB plus": "+" * ONE_MB,
+    "1MB unicode digits": "#### " + "٣" * ONE_MB,
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial_fast(name: str) -> None:
+    text = ADVERSARIAL[name]
+    best = float("inf")
+    for method in ("strict", "flexible"):
+        for _ in range(3):
+            start = time.perf_counter()
+            result = compute_score("x", text, "72", method=method)
+            best = min(best, time.perf_counter() - start)
+            assert 0.0 <= result["score"] <= 1.0
+    assert best < 0.05
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(10**9), 10**9), st.integers(0, 99), st.sampled_from(["", "$", " $"]))
+def test_number_round_trip(whole: int, cents: int, prefix: str) -> None:
+    value = Fraction(whole) + (Fraction(cents, 100) if whole >= 0 else -Fraction(cents, 100))
+    sign = "-" if value < 0 else ""
+    formatted = f"{abs(value.numerator) // value.denominator:,}.{cents:02d}"
+    response = f"work...\n####{prefix}{sign}{formatted} units"
+    assert (
+        compute_score("x", response, str(value if value.denominator != 1 else int(value)))["score"]
+        == 1.0
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    for method in ("strict", "flexible"):
+        for wrapped in (text, "#### " + text, "<think>" + text + "</think>#### " + text):
+            assert 0.0 <= compute_score("x", wrapped, "72", method=method)["score"] <= 1.0
