@@ -1,0 +1,93 @@
+"""Checks a launcher runs before Ray starts, so a typo fails in seconds, not after cluster start-up.
+
+Usage: python -m rlvr.preflight EXPERIMENT [hydra overrides...]   (exit 1 with the problems)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+PREP_COMMANDS = {
+    "countdown": "uv run scripts/data_prep_countdown.py",
+    "gsm8k": "uv run scripts/data_prep_gsm8k.py --val_size 500",
+}
+
+
+def _prep_hint(path: str) -> str:
+    for task, command in PREP_COMMANDS.items():
+        if f"/{task}/" in path:
+            return f"; create it with: {command}"
+    return ""
+
+
+def check(config: Any, visible_gpus: int | None = None) -> list[str]:
+    """Problems with a composed config, as messages; empty when it is ready to launch."""
+    problems = []
+    for key in ("train_files", "val_files"):
+        files = config.data[key]
+        for path in [files] if isinstance(files, str) else list(files):
+            if not Path(path).is_file():
+                problems.append(f"data.{key}: {path} does not exist{_prep_hint(path)}")
+
+    model_path = str(config.actor_rollout_ref.model.path)
+    if not Path(model_path).expanduser().exists() and not HUB_ID.match(model_path):
+        problems.append(
+            f"actor_rollout_ref.model.path: {model_path} is neither a local folder nor a hub id "
+            "(org/name)"
+        )
+
+    wanted = int(config.trainer.n_gpus_per_node)
+    if config.actor_rollout_ref.rollout.name != "hf":  # the CPU path advertises one Ray GPU
+        if visible_gpus is None:
+            import torch
+
+            visible_gpus = torch.cuda.device_count()
+        if visible_gpus < wanted:
+            problems.append(
+                f"trainer.n_gpus_per_node={wanted} but this node sees {visible_gpus} GPU(s); pick "
+                "a hardware overlay that fits (hardware=cpu without GPUs)"
+            )
+
+    reward = config.custom_reward_function
+    try:
+        spec = importlib.util.spec_from_file_location("_preflight_reward", reward.path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {reward.path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result = getattr(module, reward.name)(
+            "preflight", "", None, None, **dict(reward.get("reward_kwargs", {}))
+        )
+        if not isinstance(result, dict) or "score" not in result:
+            raise TypeError(f"{reward.name} returned {result!r}, not a dict with 'score'")
+    except Exception as exc:
+        problems.append(f"custom_reward_function: {reward.path}: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlvr.config import compose
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    config = compose(args[0], args[1:])
+    problems = check(config)
+    for problem in problems:
+        print(f"pre-flight: {problem}", file=sys.stderr)
+    if not problems:
+        print(
+            f"pre-flight: {args[0]} ok ({config.trainer.nnodes} node(s) x "
+            f"{config.trainer.n_gpus_per_node} GPU(s), model {config.actor_rollout_ref.model.path})"
+        )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

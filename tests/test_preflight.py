@@ -1,0 +1,83 @@
+"""Launcher pre-flight: each problem is caught with a message that says what to do."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import compose
+from rlvr.countdown import prepare
+from rlvr.preflight import check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def ready_root(tmp_path: Path) -> Path:
+    """A project root with Countdown data, a (placeholder) local model folder and the rewards."""
+    prepare("generate", str(tmp_path / "artifacts/data/countdown"), train_size=8, test_size=4)
+    (tmp_path / "artifacts/models/tiny").mkdir(parents=True)
+    (tmp_path / "rewards").symlink_to(ROOT / "rewards")
+    return tmp_path
+
+
+def test_ready_config_passes(ready_root: Path) -> None:
+    assert check(compose("countdown_cpu", root=ready_root)) == []
+    assert check(compose("countdown_qwen3_4b", root=ready_root), visible_gpus=8) == []
+
+
+def test_missing_data_names_the_prep_command(tmp_path: Path) -> None:
+    problems = check(compose("countdown_cpu", root=tmp_path))
+    assert any(
+        "train.parquet does not exist" in p and "data_prep_countdown.py" in p for p in problems
+    )
+    gsm = check(compose("gsm8k_qwen2_5_3b", root=tmp_path), visible_gpus=8)
+    assert any("data_prep_gsm8k.py --val_size" in p for p in gsm)
+
+
+def test_model_path_must_exist_or_be_a_hub_id(ready_root: Path) -> None:
+    bad = compose("countdown_cpu", ["actor_rollout_ref.model.path=/no/such/model"], root=ready_root)
+    assert any("neither a local folder nor a hub id" in p for p in check(bad))
+    hub = compose(
+        "countdown_cpu",
+        ["actor_rollout_ref.model.path=Qwen/Qwen3-4B-Instruct-2507"],
+        root=ready_root,
+    )
+    assert check(hub) == []
+
+
+def test_gpu_count_must_fit(ready_root: Path) -> None:
+    problems = check(compose("countdown_qwen3_4b", root=ready_root), visible_gpus=4)
+    assert any("n_gpus_per_node=8 but this node sees 4" in p for p in problems)
+
+
+def test_broken_reward_is_reported(ready_root: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken_reward.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    config = compose("countdown_cpu", [f"custom_reward_function.path={broken}"], root=ready_root)
+    assert any("RuntimeError: boom" in p for p in check(config))
+    bad_kwargs = compose(
+        "countdown_cpu", ["custom_reward_function.reward_kwargs.format_score=3"], root=ready_root
+    )
+    assert any("format_score must be in [0, 1]" in p for p in check(bad_kwargs))
+
+
+def test_launcher_stops_before_ray_on_problems(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts/run_grpo_countdown.sh"),
+            "--config",
+            "countdown_cpu",
+            "data.train_files=/nonexistent/train.parquet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "pre-flight: data.train_files: /nonexistent/train.parquet does not exist" in done.stderr
+    assert "ray init" not in done.stdout
