@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 try:
-    from rewards._text import as_text, last_tagged
+    from rewards import _text
 except ImportError:  # loaded by file path (verl's custom_reward_function) outside the project
     import importlib.util as _ilu
     import pathlib as _pl
@@ -42,9 +42,8 @@ except ImportError:  # loaded by file path (verl's custom_reward_function) outsi
     _spec = _ilu.spec_from_file_location(
         "_rlvr_reward_text", _pl.Path(__file__).with_name("_text.py")
     )
-    _mod = _ilu.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    as_text, last_tagged = _mod.as_text, _mod.last_tagged
+    _text = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(_text)
 
 # --- output contract: the text the prompt shows, next to the parser that grades it -------------
 
@@ -251,8 +250,8 @@ def compute_score(
     ``data_source`` and ``extra_info`` never change the score.
     """
     format_score, shaping = _check_kwargs(format_score, shaping)
-    text = as_text(solution_str)
-    answer = last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
+    text = _text.as_text(solution_str)
+    answer = _text.last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
     if answer is None:
         return _result(0.0, False, False, False, False)
     truth = parse_ground_truth(ground_truth)

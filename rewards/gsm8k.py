@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 try:
-    from rewards._text import as_text, last_marker_tail, thinking_start
+    from rewards import _text
 except ImportError:  # loaded by file path (verl's custom_reward_function) outside the project
     import importlib.util as _ilu
     import pathlib as _pl
@@ -39,13 +39,8 @@ except ImportError:  # loaded by file path (verl's custom_reward_function) outsi
     _spec = _ilu.spec_from_file_location(
         "_rlvr_reward_text", _pl.Path(__file__).with_name("_text.py")
     )
-    _mod = _ilu.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    as_text, last_marker_tail, thinking_start = (
-        _mod.as_text,
-        _mod.last_marker_tail,
-        _mod.thinking_start,
-    )
+    _text = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(_text)
 
 # --- output contract -----------------------------------------------------------------------------
 
@@ -103,7 +98,7 @@ def _signed(match: re.Match[str]) -> Fraction | None:
 
 def extract_strict(text: str) -> Fraction | None:
     """The number after the last ``####`` outside thinking."""
-    tail = last_marker_tail(text, ANSWER_MARKER, _TAIL_CHARS)
+    tail = _text.last_marker_tail(text, ANSWER_MARKER, _TAIL_CHARS)
     if tail is None:
         return None
     match = _AFTER_MARKER.match(tail)
@@ -115,7 +110,7 @@ def extract_flexible(text: str) -> Fraction | None:
     value = extract_strict(text)
     if value is not None:
         return value
-    tail = last_marker_tail(text, _BOXED_OPEN, _TAIL_CHARS)
+    tail = _text.last_marker_tail(text, _BOXED_OPEN, _TAIL_CHARS)
     if tail is not None:
         match = _BOXED_NUMBER.match(tail)
         if match:
@@ -125,7 +120,7 @@ def extract_flexible(text: str) -> Fraction | None:
     last = None
     for last in _ANSWER_IS.finditer(text, max(0, len(text) - _SCAN_AFTER_ANSWER_IS)):  # noqa: B007
         pass
-    if last is None or thinking_start(text, last.start()) != -1:
+    if last is None or _text.thinking_start(text, last.start()) != -1:
         return None
     match = _AFTER_MARKER.match(text, last.end(), last.end() + _TAIL_CHARS)
     return _signed(match) if match else None
@@ -184,7 +179,7 @@ def compute_score(
     ``data_source`` and ``extra_info`` never change the score.
     """
     method, format_score = _check_kwargs(method, format_score)
-    text = as_text(solution_str)
+    text = _text.as_text(solution_str)
     if text is None:
         return _result(0.0, False, False, False)
     predicted = extract_strict(text) if method == "strict" else extract_flexible(text)

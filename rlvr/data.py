@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,17 @@ def write_splits(
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_prep_cli(prepare_call: Callable[[], Any]) -> int:
+    """Run a task's ``prepare``; print its summary and an example row, or the error (exit 2)."""
+    try:
+        result = prepare_call()
+    except DataPrepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in result.summary_lines():
+        print(line)
+    print("example row:")
+    print(json.dumps(result.example, indent=2))
+    return 0

@@ -13,11 +13,9 @@ Exit code 2 on bad input, and nothing is written.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from rlvr.countdown import HUB_DATASET, TEMPLATES, GeneratorSpec, prepare
-from rlvr.data import DataPrepError
+from rlvr.data import run_prep_cli
 
 
 def int_pair(text: str) -> tuple[int, int]:
@@ -70,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    try:
+    def call():  # GeneratorSpec and prepare raise DataPrepError on bad input
         generator = GeneratorSpec(args.num_range, args.max_number, args.target_range, args.seed)
-        result = prepare(
+        return prepare(
             args.source,
             args.local_dir,
             dataset=args.dataset,
@@ -83,14 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             generator=generator,
             require_solvable=args.require_solvable,
         )
-    except DataPrepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for line in result.summary_lines():
-        print(line)
-    print("example row:")
-    print(json.dumps(result.example, indent=2))
-    return 0
+
+    return run_prep_cli(call)
 
 
 if __name__ == "__main__":

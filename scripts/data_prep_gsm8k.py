@@ -12,10 +12,8 @@ on test. Exit code 2 on bad input, and nothing is written.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from rlvr.data import DataPrepError
+from rlvr.data import run_prep_cli
 from rlvr.gsm8k import TEMPLATES, prepare
 
 
@@ -48,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         help="skip rows whose answer has no parsable number (and count them) instead of failing",
     )
     args = parser.parse_args(argv)
-    try:
-        result = prepare(
+
+    def call():
+        return prepare(
             args.source,
             args.local_dir,
             template=args.template,
@@ -59,14 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             skip_bad_rows=args.skip_bad_rows,
         )
-    except DataPrepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for line in result.summary_lines():
-        print(line)
-    print("example row:")
-    print(json.dumps(result.example, indent=2))
-    return 0
+
+    return run_prep_cli(call)
 
 
 if __name__ == "__main__":
