@@ -33,7 +33,7 @@ def _training_corpus() -> list[str]:
     return lines * 4
 
 
-def build_tokenizer(vocab_size: int = 384):
+def build_tokenizer(vocab_size: int = 1024):
     """A trained byte-level BPE tokenizer with ChatML special tokens and chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

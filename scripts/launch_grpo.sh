@@ -2,8 +2,9 @@
 # Run one experiment from configs/ with verl's unmodified trainer.
 # Usage: bash scripts/launch_grpo.sh EXPERIMENT [hydra overrides...]
 #   e.g. bash scripts/launch_grpo.sh countdown_qwen3_4b trainer.total_training_steps=50
-# Pre-flight checks run first; the log is teed to artifacts/logs/; wandb is online only when a
-# key is configured. The Ray instance verl starts lives and ends with this process.
+# Pre-flight checks run first; the log is teed to artifacts/logs/ (or $RLVR_LOG_DIR); wandb is
+# online only when a key is configured. The Ray instance verl starts lives and ends with this
+# process (verl's ray.init starts a local one unless RAY_ADDRESS names a cluster).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXPERIMENT="${1:?usage: launch_grpo.sh EXPERIMENT [hydra overrides...]}"
@@ -19,9 +20,10 @@ else
     export WANDB_MODE=offline
     echo "wandb: offline mode (no key configured); sync later with: wandb sync artifacts/logs/wandb/offline-run-*"
 fi
-export WANDB_DIR="$ROOT/artifacts/logs"
-mkdir -p "$ROOT/artifacts/logs"
-LOG="$ROOT/artifacts/logs/${EXPERIMENT}_$(date +%Y%m%d_%H%M%S).log"
+LOG_DIR="${RLVR_LOG_DIR:-$ROOT/artifacts/logs}"
+export WANDB_DIR="$LOG_DIR"
+mkdir -p "$LOG_DIR"
+LOG="$LOG_DIR/${EXPERIMENT}_$(date +%Y%m%d_%H%M%S).log"
 echo "log: $LOG"
 
 "${PY[@]}" -m verl.trainer.main_ppo \

