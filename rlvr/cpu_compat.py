@@ -1,8 +1,9 @@
 """Run verl 0.6.1's unmodified GRPO trainer on a machine without GPUs.
 
-Wired in by ``configs/hardware/cpu.yaml`` as Ray's ``worker_process_setup_hook``
-(``rlvr.cpu_compat.install``), so every Ray worker applies it before verl's workers load. Each
-fix below is skipped when CUDA is available, so the same environment trains on GPUs unchanged.
+``configs/hardware/cpu.yaml`` sets ``RLVR_CPU_COMPAT=1`` for the Ray workers, and the setup hook
+every recipe runs (``rlvr.verl_hooks.install``, Ray's ``worker_process_setup_hook``) then calls
+``install()`` here in every worker before verl's workers load. Each fix is skipped when CUDA is
+available, so the same environment trains on GPUs unchanged.
 The configuration half of the CPU path lives in that overlay: one advertised Ray GPU (verl's
 resource pool counts GPUs), SDPA attention, no remove-padding (flash-attn only), FSDP2, fp32.
 
