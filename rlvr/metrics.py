@@ -1,0 +1,173 @@
+"""Eval and signal-probing metrics: unbiased pass@k, per-prompt reward statistics, the verdict.
+
+Pure Python on lists of scores, so every number here can be checked by hand. A sample "succeeds"
+when its score is exactly 1.0 (the rewards give 1.0 only to a correct answer; format credit and
+shaping stay below it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The seed study's signal-probing guidance (docs/EVALUATION_DESIGN.md explains each threshold).
+ACCURACY_RANGE = (0.10, 0.80)
+ACCURACY_SFT_BELOW = 0.05
+ACCURACY_TOO_EASY_ABOVE = 0.95
+VARIANCE_MIN = 0.05
+ENTROPY_RANGE = (0.2, 0.8)
+
+
+def is_success(score: float) -> bool:
+    return score == 1.0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c successes: 1 - C(n-c, k) / C(n, k).
+
+    The chance that k samples drawn without replacement from the n contain a success.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    # The product form avoids huge binomials: C(n-c, k)/C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i).
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def binary_entropy(p: float) -> float:
+    """Entropy in bits of a success/failure outcome with success rate p (0 at p=0 or 1; 1 at .5)."""
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return -(p * math.log2(p) + (1.0 - p) * math.log2(1.0 - p))
+
+
+def variance(values: Sequence[float]) -> float:
+    """Population variance (divide by n), the spread GRPO's group normalisation sees."""
+    if not values:
+        return 0.0
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / len(values)
+
+
+@dataclass
+class PromptStats:
+    """One prompt's group of n sampled responses."""
+
+    prompt_index: int
+    n: int
+    mean_score: float
+    success_rate: float
+    variance: float
+    outcome_entropy: float
+    token_entropy: float | None  # mean -log p of sampled tokens (nats/token); None if no logprobs
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prompt_stats(
+    index: int, scores: Sequence[float], logprobs: Sequence[Sequence[float]] | None = None
+) -> PromptStats:
+    """Statistics of one prompt's group; ``logprobs`` are the sampled tokens' log-probabilities.
+
+    The token entropy is the Monte-Carlo estimate E[-log p(token)] over all sampled tokens of
+    the group, which is the policy's per-token entropy when sampling at temperature 1.
+    """
+    if not scores:
+        raise ValueError(f"prompt {index}: no scores")
+    successes = sum(is_success(s) for s in scores)
+    rate = successes / len(scores)
+    token_entropy = None
+    if logprobs is not None:
+        tokens = [lp for sample in logprobs for lp in sample]
+        token_entropy = -sum(tokens) / len(tokens) if tokens else 0.0
+    return PromptStats(
+        prompt_index=index,
+        n=len(scores),
+        mean_score=sum(scores) / len(scores),
+        success_rate=rate,
+        variance=variance(scores),
+        outcome_entropy=binary_entropy(rate),
+        token_entropy=token_entropy,
+    )
+
+
+def is_learnable(
+    stats: PromptStats | dict[str, Any],
+    var_min: float = VARIANCE_MIN,
+    entropy_min: float = ENTROPY_RANGE[0],
+) -> bool:
+    """A prompt GRPO can learn from: its group disagrees (variance and outcome entropy high)."""
+    row = stats.as_dict() if isinstance(stats, PromptStats) else stats
+    return row["variance"] > var_min and row["outcome_entropy"] >= entropy_min
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def passk_summary(success_counts: Sequence[int], n: int, ks: Sequence[int]) -> dict[str, float]:
+    """Mean unbiased pass@k over prompts, for each k (``{"pass@1": ..., "pass@4": ...}``)."""
+    return {f"pass@{k}": _mean([pass_at_k(n, c, k) for c in success_counts]) for k in ks}
+
+
+def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, Any]:
+    """Overall signal of a probe: accuracy, mean variance, learnable fraction, entropies."""
+    token_entropies = [s.token_entropy for s in stats if s.token_entropy is not None]
+    return {
+        "prompts": len(stats),
+        "accuracy": _mean([s.success_rate for s in stats]),
+        "mean_score": _mean([s.mean_score for s in stats]),
+        "mean_variance": _mean([s.variance for s in stats]),
+        "nonzero_variance_fraction": _mean([float(s.variance > 0.0) for s in stats]),
+        "learnable_fraction": _mean([float(is_learnable(s)) for s in stats]),
+        "mean_outcome_entropy": _mean([s.outcome_entropy for s in stats]),
+        "mean_token_entropy": _mean(token_entropies) if token_entropies else None,
+    }
+
+
+@dataclass
+class Verdict:
+    label: str  # "sft_first" | "harder_data" | "ready_for_grpo" | "marginal"
+    advice: str
+    checks: dict[str, bool]
+
+
+def verdict(accuracy: float, mean_variance: float, mean_outcome_entropy: float) -> Verdict:
+    """The seed's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8."""
+    checks = {
+        "accuracy in 10-80%": ACCURACY_RANGE[0] <= accuracy <= ACCURACY_RANGE[1],
+        "variance > 0.05": mean_variance > VARIANCE_MIN,
+        "entropy in 0.2-0.8": ENTROPY_RANGE[0] <= mean_outcome_entropy <= ENTROPY_RANGE[1],
+    }
+    if accuracy < ACCURACY_SFT_BELOW:
+        return Verdict(
+            "sft_first",
+            f"accuracy {accuracy:.1%} < 5%: almost every group is all-wrong, so GRPO has no "
+            "signal. SFT on the format/task first (or use easier data, a larger model, few-shot).",
+            checks,
+        )
+    if accuracy > ACCURACY_TOO_EASY_ABOVE:
+        return Verdict(
+            "harder_data",
+            f"accuracy {accuracy:.1%} > 95%: groups are all-right, advantages are zero. Use "
+            "harder data (more numbers, larger targets) or filter to the prompts it still fails.",
+            checks,
+        )
+    if all(checks.values()):
+        return Verdict(
+            "ready_for_grpo",
+            "ready for GRPO: the model is right sometimes and its groups disagree, which is "
+            "where group-relative advantages come from.",
+            checks,
+        )
+    failed = ", ".join(name for name, ok in checks.items() if not ok)
+    return Verdict(
+        "marginal",
+        f"marginal ({failed} fails): GRPO may learn slowly. Train on the learnable prompts only "
+        "(`filter`), raise the temperature or rollout.n, or adjust the data difficulty.",
+        checks,
+    )
