@@ -1,0 +1,416 @@
+"""Generation backends for eval: batched HF ``generate`` (CPU or GPU) and vLLM 0.11 (CUDA).
+
+Both take prompts as token ids (rendered once, exactly as verl renders them in training) and
+return the same structure per sample: text, token count, finish reason and the sampled tokens'
+log-probabilities. Log-probabilities are taken from the model's raw logits, before temperature
+or top-p, which is what vLLM 0.11 returns by default (``logprobs_mode="raw_logprobs"``).
+
+Sampling ignores the model's ``generation_config.json`` (Qwen's ships top_k=20, repetition
+penalty 1.05): eval samples the way verl's rollout does, from temperature and top_p alone. The
+HF backend therefore runs its own KV-cached decoding loop rather than ``generate``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class EvalError(Exception):
+    """Bad eval input (missing model, unreadable data...): scripts print it and exit 2."""
+
+
+@dataclass
+class Generation:
+    text: str
+    num_tokens: int
+    finish_reason: str  # "stop" (end-of-sequence token) or "length" (hit max_tokens)
+    logprobs: list[float] = field(default_factory=list)  # one per generated token
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SamplingSettings:
+    n: int = 1
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int = 0
+    ignore_eos: bool = False  # decode exactly max_tokens (throughput benchmarks, like vLLM's)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What ``--model_path`` names: a model folder, a LoRA adapter folder, or a hub id."""
+
+    kind: str  # "folder" | "lora" | "hub"
+    path: str
+    base: str | None = None  # the base model of a LoRA adapter
+
+    @property
+    def tokenizer_path(self) -> str:
+        has_tokenizer = self.kind == "lora" and any(
+            (Path(self.path) / name).exists()
+            for name in ("tokenizer.json", "tokenizer_config.json")
+        )
+        return self.path if self.kind != "lora" or has_tokenizer else str(self.base)
+
+
+def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource:
+    """Classify ``model_path`` and fail at once, with the reason, when it cannot be a model."""
+    path = Path(model_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise EvalError(f"--model_path {model_path}: is a file; pass the model's folder")
+        adapter_config = path / "adapter_config.json"
+        if adapter_config.is_file():
+            try:
+                base = (
+                    base_model or json.loads(adapter_config.read_text())["base_model_name_or_path"]
+                )
+            except (json.JSONDecodeError, KeyError) as exc:
+                raise EvalError(
+                    f"{adapter_config}: unreadable or without base_model_name_or_path; pass "
+                    "--base_model"
+                ) from exc
+            resolve_model(base)  # the base must itself be loadable
+            return ModelSource("lora", str(path), base=base)
+        if (path / "config.json").is_file():
+            return ModelSource("folder", str(path))
+        raise EvalError(
+            f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
+            "verl checkpoint pass .../global_step_N/actor/huggingface"
+        )
+    if HUB_ID.match(model_path) and not model_path.startswith((".", "~")):
+        return ModelSource("hub", model_path)
+    raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
+
+
+def load_tokenizer(source: ModelSource) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source.tokenizer_path)
+    except Exception as exc:
+        raise EvalError(_load_failure("tokenizer", source.tokenizer_path, exc)) from exc
+
+
+def _load_failure(what: str, where: str, exc: Exception) -> str:
+    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    hint = (
+        " (hub ids need network access; offline, download the model elsewhere and pass its folder)"
+        if HUB_ID.match(where) and not Path(where).exists()
+        else ""
+    )
+    return f"could not load the {what} from {where}: {first_line}{hint}"
+
+
+class Backend(Protocol):
+    name: str
+
+    def generate(
+        self, prompts: Sequence[list[int]], sampling: SamplingSettings
+    ) -> list[list[Generation]]: ...
+
+
+GROUPED_SDPA = "rlvr_grouped_sdpa"
+
+
+def _grouped_sdpa(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """SDPA for grouped-query attention that never copies the KV cache.
+
+    With a padding mask, transformers' SDPA path repeats every cached key and value once per
+    query head in the group (``repeat_kv``), copying the whole cache on every decoding step:
+    at batch 16 on CPU that copy costs more than the attention itself. The query heads that
+    share a key/value head are folded into extra query positions instead, which is exact
+    (each query row attends independently) and reads the cache in place.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups == 1 or attention_mask is None or dropout > 0.0:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
+    batch, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    mask = attention_mask[:, :, :, :kv_len]
+    mask = mask[:, :, None].expand(mask.shape[0], 1, groups, q_len, kv_len)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(batch, kv_heads, groups * q_len, dim),
+        key,
+        value,
+        attn_mask=mask.reshape(mask.shape[0], 1, groups * q_len, kv_len),
+        scale=scaling,
+    )
+    return output.view(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+def _register_grouped_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+
+
+class HFBackend:
+    """Batched KV-cached decoding with left padding: ``batch_size`` sequences per forward pass."""
+
+    name = "hf"
+
+    def __init__(
+        self, source: ModelSource, batch_size: int = 16, dtype: str = "auto", device: str = "auto"
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        self.device = device
+        self.batch_size = batch_size
+        self.tokenizer = load_tokenizer(source)
+        self.tokenizer.padding_side = "left"
+        weights = source.base if source.kind == "lora" else source.path
+        _register_grouped_sdpa()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                weights, dtype=getattr(torch, dtype), attn_implementation=GROUPED_SDPA
+            )
+            if source.kind == "lora":
+                from peft import PeftModel
+
+                model = PeftModel.from_pretrained(model, source.path).merge_and_unload()
+        except Exception as exc:
+            raise EvalError(_load_failure("model", str(weights), exc)) from exc
+        self.model = model.to(device).eval()
+        self.pad_id = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
+        self.eos_ids = _eos_ids(self.tokenizer, self.model)
+
+    def generate(
+        self, prompts: Sequence[list[int]], sampling: SamplingSettings
+    ) -> list[list[Generation]]:
+        """``sampling.n`` generations per prompt, ``batch_size`` sequences decoded together."""
+        import torch
+
+        rng = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        jobs = [(i, ids) for i, ids in enumerate(prompts) for _ in range(sampling.n)]
+        results: list[list[Generation]] = [[] for _ in prompts]
+        for start in range(0, len(jobs), self.batch_size):
+            batch = jobs[start : start + self.batch_size]
+            decoded = self._decode_batch([ids for _, ids in batch], sampling, rng)
+            for (prompt_index, _), (tokens, logprobs) in zip(batch, decoded, strict=True):
+                results[prompt_index].append(self._decode(tokens, logprobs, sampling.ignore_eos))
+        return results
+
+    def _decode_batch(
+        self, prompts: list[list[int]], sampling: SamplingSettings, rng: Any
+    ) -> list[tuple[list[int], list[float]]]:
+        """KV-cached decoding of left-padded prompts; rows leave the batch when they finish.
+
+        ``generate`` keeps finished rows in the batch until the longest one ends, so one long
+        response makes every short one pay; dropping them from the cache keeps each step's
+        cost proportional to the rows still decoding. Log-probabilities come from the raw
+        logits, before temperature and top-p.
+        """
+        import torch
+
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for ids in prompts])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        tokens: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        active = torch.arange(len(prompts), device=self.device)  # original row of each live row
+        eos = torch.tensor(self.eos_ids or [-1], device=self.device)
+        cache = None
+        with torch.no_grad():
+            for _ in range(sampling.max_tokens):
+                out = self.model(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,  # prefill would otherwise project every prompt token
+                )
+                cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+                raw = torch.log_softmax(logits, dim=-1)
+                chosen = _sample(logits, sampling, rng)
+                chosen_logprobs = raw.gather(1, chosen[:, None])[:, 0]
+                for row, token, logprob in zip(
+                    active.tolist(), chosen.tolist(), chosen_logprobs.tolist(), strict=True
+                ):
+                    tokens[row].append(token)
+                    logprobs[row].append(logprob)
+                keep = (
+                    torch.ones_like(chosen, dtype=torch.bool)
+                    if sampling.ignore_eos
+                    else ~torch.isin(chosen, eos)
+                )
+                if not bool(keep.any()):
+                    break
+                if not bool(keep.all()):
+                    kept = keep.nonzero()[:, 0]
+                    cache.batch_select_indices(kept)
+                    active, chosen, mask = active[kept], chosen[kept], mask[kept]
+                    positions = positions[kept]
+                input_ids = chosen[:, None]
+                mask = torch.cat([mask, torch.ones_like(input_ids)], dim=-1)
+                positions = positions[:, -1:] + 1
+        return list(zip(tokens, logprobs, strict=True))
+
+    def _decode(
+        self, tokens: list[int], logprobs: list[float], ignore_eos: bool = False
+    ) -> Generation:
+        stop = (
+            None
+            if ignore_eos
+            else next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+        )
+        if stop is not None:
+            tokens = tokens[: stop + 1]
+        return Generation(
+            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            num_tokens=len(tokens),
+            finish_reason="stop" if stop is not None else "length",
+            logprobs=logprobs[: len(tokens)],
+            token_ids=tokens,
+        )
+
+
+def _sample(logits: Any, sampling: SamplingSettings, rng: Any) -> Any:
+    """Greedy at temperature 0; else temperature, then nucleus (top-p) sampling."""
+    import torch
+
+    if sampling.temperature <= 0.0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / sampling.temperature, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return torch.multinomial(probs, 1, generator=rng)[:, 0]
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
+    """The tokenizer's eos plus the model's generation-config eos ids (Qwen lists two)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in configured if isinstance(configured, list) else [configured]:
+        if token is not None and token not in ids:
+            ids.append(int(token))
+    return ids
+
+
+class VLLMBackend:
+    """vLLM 0.11 offline ``LLM``: the throughput path on GPUs (the `gpu` extra)."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        source: ModelSource,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.8,
+        max_model_len: int | None = None,
+    ) -> None:
+        from vllm import LLM
+
+        self.tokenizer = load_tokenizer(source)
+        lora = source.kind == "lora"
+        self.lora_request = None
+        if lora:
+            from vllm.lora.request import LoRARequest
+
+            rank = json.loads((Path(source.path) / "adapter_config.json").read_text()).get("r", 64)
+            self.lora_request = LoRARequest("eval_adapter", 1, source.path)
+        self.llm = LLM(
+            model=str(source.base if lora else source.path),
+            tokenizer=source.tokenizer_path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enable_lora=lora,
+            max_lora_rank=rank if lora else 16,
+            seed=0,
+        )
+
+    def generate(
+        self, prompts: Sequence[list[int]], sampling: SamplingSettings
+    ) -> list[list[Generation]]:
+        from vllm import SamplingParams
+
+        greedy = sampling.temperature <= 0.0
+        params = SamplingParams(
+            n=sampling.n,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            logprobs=0,  # the sampled token's own log-probability
+            seed=sampling.seed,
+            ignore_eos=sampling.ignore_eos,
+        )
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(ids)} for ids in prompts],
+            params,
+            lora_request=self.lora_request,
+        )
+        return [[_from_vllm(completion) for completion in out.outputs] for out in outputs]
+
+
+def _from_vllm(completion: Any) -> Generation:
+    logprobs = [
+        step[token].logprob
+        for token, step in zip(completion.token_ids, completion.logprobs or [], strict=False)
+    ]
+    return Generation(
+        text=completion.text,
+        num_tokens=len(completion.token_ids),
+        finish_reason="length" if completion.finish_reason == "length" else "stop",
+        logprobs=logprobs,
+        token_ids=list(completion.token_ids),
+    )
+
+
+def make_backend(name: str, source: ModelSource, batch_size: int = 16) -> Backend:
+    """``auto`` picks vLLM when CUDA and vLLM are both there, else batched HF generation."""
+    import importlib.util
+
+    import torch
+
+    if name == "auto":
+        has_vllm = importlib.util.find_spec("vllm") is not None
+        name = "vllm" if torch.cuda.is_available() and has_vllm else "hf"
+    if name == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise EvalError("--backend vllm needs the gpu extra: uv sync --extra gpu")
+        return VLLMBackend(source)
+    if name == "hf":
+        return HFBackend(source, batch_size=batch_size)
+    raise EvalError(f"--backend {name!r}: use auto, vllm or hf")

@@ -1,0 +1,243 @@
+"""Generation backends: model resolution, batched HF generation, sampled-token log-probs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr.generation import (
+    EvalError,
+    HFBackend,
+    ModelSource,
+    SamplingSettings,
+    _from_vllm,
+    make_backend,
+    resolve_model,
+)
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = ["Using the numbers [2, 3, 7]", "(1 + 7) * 42", "<answer> 3 * 7 </answer> and more"]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def _forward_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """Teacher-forced log p(response token) under the raw model distribution."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(response)[:, None])[:, 0]
+
+
+def _manual_greedy(model, prompt: list[int], steps: int) -> list[int]:
+    ids = list(prompt)
+    for _ in range(steps):
+        with torch.no_grad():
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path) -> HFBackend:
+    return HFBackend(resolve_model(str(tiny_model_dir)), batch_size=4)
+
+
+def test_resolve_model_kinds(tmp_path: Path, tiny_model_dir: Path) -> None:
+    assert resolve_model(str(tiny_model_dir)) == ModelSource("folder", str(tiny_model_dir))
+    assert resolve_model("Qwen/Qwen3-4B-Instruct-2507").kind == "hub"
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(tiny_model_dir)})
+    )
+    source = resolve_model(str(adapter))
+    assert source.kind == "lora" and source.base == str(tiny_model_dir)
+    assert source.tokenizer_path == str(tiny_model_dir)  # the adapter has no tokenizer
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda d: str(d / "missing/actor/huggingface"), "no such folder"),
+        (lambda d: "./relative/org_model", "no such folder"),
+        (lambda d: str(d), "no config.json or adapter_config.json"),
+        (lambda d: str(d / "file.txt"), "is a file"),
+    ],
+)
+def test_resolve_model_fails_fast(tmp_path: Path, make, message: str) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(EvalError, match=message):
+        resolve_model(make(tmp_path))
+
+
+def test_adapter_without_base_record(tmp_path: Path) -> None:
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(EvalError, match="--base_model"):
+        resolve_model(str(tmp_path))
+
+
+def test_greedy_matches_manual_decoding_and_logprobs(backend: HFBackend) -> None:
+    """Batched, left-padded greedy output equals one-at-a-time argmax decoding, and the
+    recorded log-probs equal a teacher-forced forward pass over the same tokens."""
+    prompts = _prompts(backend.tokenizer)
+    assert len({len(p) for p in prompts}) > 1  # padding is exercised
+    results = backend.generate(prompts, SamplingSettings(max_tokens=12))
+    for prompt, (generation,) in zip(prompts, results, strict=True):
+        expected = _manual_greedy(backend.model, prompt, 12)
+        assert generation.token_ids == expected
+        assert generation.num_tokens == 12 and generation.finish_reason == "length"
+        assert backend.tokenizer.decode(expected, skip_special_tokens=True) == generation.text
+        reference = _forward_logprobs(backend.model, prompt, expected)
+        assert torch.allclose(torch.tensor(generation.logprobs), reference, atol=1e-4)
+
+
+def test_sampled_logprobs_are_raw_model_logprobs(backend: HFBackend) -> None:
+    """At temperature 0.5 the recorded values are the model's own log-probs (T = 1), as vLLM's
+    default raw_logprobs mode reports them, not the tempered sampling distribution's."""
+    prompt = _prompts(backend.tokenizer)[0]
+    settings = SamplingSettings(n=2, temperature=0.5, max_tokens=8, seed=3)
+    first = backend.generate([prompt], settings)[0]
+    again = backend.generate([prompt], settings)[0]
+    assert [g.text for g in first] == [g.text for g in again]  # seeded
+    assert first[0].token_ids != first[1].token_ids  # two different samples
+    for generation in first:
+        reference = _forward_logprobs(backend.model, prompt, generation.token_ids)
+        assert torch.allclose(torch.tensor(generation.logprobs), reference, atol=1e-4)
+
+
+def test_n_samples_per_prompt_and_batches(backend: HFBackend) -> None:
+    prompts = _prompts(backend.tokenizer)
+    results = backend.generate(prompts, SamplingSettings(n=3, temperature=1.0, max_tokens=5))
+    assert [len(group) for group in results] == [3, 3, 3]  # 9 sequences in batches of 4
+    assert all(len(g.logprobs) == g.num_tokens == 5 for group in results for g in group)
+
+
+def test_stop_at_eos_cuts_tokens_and_logprobs(backend: HFBackend) -> None:
+    eos = backend.eos_ids[0]
+    words = backend.tokenizer("<answer> 3 </answer>", add_special_tokens=False)["input_ids"]
+    generation = backend._decode([*words, eos, 5, 6], [-0.5] * (len(words) + 3))
+    assert generation.finish_reason == "stop"
+    assert generation.num_tokens == len(words) + 1 == len(generation.logprobs)
+    assert generation.text == "<answer> 3 </answer>"
+
+
+def test_model_generation_config_is_ignored(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A shipped generation_config (repetition penalty, top_k) must not change eval sampling."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    copy = tmp_path / "penalised"
+    shutil.copytree(tiny_model_dir, copy)
+    config = GenerationConfig.from_pretrained(copy)
+    config.repetition_penalty, config.top_k, config.do_sample = 10.0, 1, True
+    config.save_pretrained(copy)
+    plain = HFBackend(resolve_model(str(tiny_model_dir)))
+    penalised = HFBackend(resolve_model(str(copy)))
+    prompt = _prompts(plain.tokenizer)[1]
+    settings = SamplingSettings(max_tokens=16)
+    assert plain.generate([prompt], settings) == penalised.generate([prompt], settings)
+
+
+def test_lora_adapter_is_loaded_onto_its_base(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    lora = get_peft_model(
+        base,
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    lora.save_pretrained(tmp_path / "adapter")
+    backend = HFBackend(resolve_model(str(tmp_path / "adapter")))
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.tensor([_prompts(backend.tokenizer)[0]])
+    with torch.no_grad():
+        merged_logits = backend.model(ids).logits
+        base_logits = plain(ids).logits
+        adapter_logits = lora(ids).logits
+    assert not torch.allclose(merged_logits, base_logits)  # the adapter changed the model
+    assert torch.allclose(merged_logits, adapter_logits, atol=1e-4)  # and it is this adapter
+
+
+def test_missing_hub_model_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(EvalError, match="hub ids need network access"):
+        HFBackend(resolve_model("rlvr-test-org/not-a-model"))
+
+
+def test_backend_choice(tiny_model_dir: Path) -> None:
+    source = resolve_model(str(tiny_model_dir))
+    assert make_backend("auto", source).name == "hf"  # no CUDA here
+    with pytest.raises(EvalError, match="gpu extra"):
+        make_backend("vllm", source)
+
+
+def test_vllm_output_conversion() -> None:
+    """vLLM's CompletionOutput shape (token_ids, per-step {token: Logprob}) -> Generation."""
+    completion = SimpleNamespace(
+        text="<answer>1</answer>",
+        token_ids=[11, 12],
+        finish_reason="stop",
+        logprobs=[{11: SimpleNamespace(logprob=-0.25)}, {12: SimpleNamespace(logprob=-1.5)}],
+    )
+    generation = _from_vllm(completion)
+    assert generation.logprobs == [-0.25, -1.5] and generation.num_tokens == 2
+    assert generation.finish_reason == "stop"
+    assert generation.token_ids == [11, 12]
+    truncated = SimpleNamespace(**{**completion.__dict__, "finish_reason": "length"})
+    assert _from_vllm(truncated).finish_reason == "length"
+
+
+def test_finished_rows_leave_the_batch_without_disturbing_the_rest(backend: HFBackend) -> None:
+    """Make a token prompt 0 emits early the end-of-sequence token: its row stops and is dropped
+    from the cache mid-batch, and every other row still decodes exactly as it would alone."""
+    prompts = _prompts(backend.tokenizer)
+    alone = [_manual_greedy(backend.model, p, 12) for p in prompts]
+    saved = backend.eos_ids
+    backend.eos_ids = [alone[0][2]]
+    try:
+        results = backend.generate(prompts, SamplingSettings(max_tokens=12))
+    finally:
+        backend.eos_ids = saved
+    stop = alone[0][2]
+    for expected, (generation,) in zip(alone, results, strict=True):
+        cut = expected[: expected.index(stop) + 1] if stop in expected else expected
+        assert generation.token_ids == cut
+        assert generation.finish_reason == ("stop" if stop in expected else "length")
+    assert results[0][0].num_tokens <= 3
+
+
+def test_grouped_attention_matches_transformers_sdpa(backend: HFBackend, tiny_model_dir) -> None:
+    """The folded-heads attention gives transformers' own SDPA result on padded batches."""
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    assert backend.model.config._attn_implementation == "rlvr_grouped_sdpa"
+    assert backend.model.config.num_key_value_heads < backend.model.config.num_attention_heads
+    ids = torch.randint(3, 100, (3, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    mask[2, :1] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    step_ids, step_mask = ids[:, -1:], torch.cat([mask, torch.ones_like(ids[:, :1])], -1)
+    outputs = []
+    with torch.no_grad():
+        for model in (backend.model, reference):
+            prefill = model(input_ids=ids, attention_mask=mask, position_ids=positions)
+            step = model(
+                input_ids=step_ids,
+                attention_mask=step_mask,
+                position_ids=positions[:, -1:] + 1,
+                past_key_values=prefill.past_key_values,
+            )
+            outputs.append((prefill.logits[mask.bool()], step.logits))
+    (prefill_ours, step_ours), (prefill_ref, step_ref) = outputs
+    torch.testing.assert_close(prefill_ours, prefill_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(step_ours, step_ref, rtol=1e-5, atol=1e-5)
