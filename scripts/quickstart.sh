@@ -47,8 +47,8 @@ echo "== 2/5 model: $MODEL"
 "${PY[@]}" scripts/build_model.py "$MODEL"
 
 echo "== 3/5 eval before training (greedy, 32 test prompts)"
-"${PY[@]}" scripts/quick_eval.py --model_path "$BASE_MODEL_DIR" --data "$DATA/test.parquet" \
-    --max_tokens 48 --output "$OUT/eval_before.json" > /dev/null
+"${PY[@]}" scripts/eval_countdown.py --model_path "$BASE_MODEL_DIR" --data "$DATA/test.parquet" \
+    --max_tokens 48 --quiet --output "$OUT/eval_before" reward > /dev/null
 
 echo "== 4/5 GRPO: $STEPS step(s) of real verl on CPU (log under artifacts/logs/)"
 timeout 3600 bash scripts/launch_grpo.sh countdown_cpu \
@@ -59,12 +59,13 @@ timeout 3600 bash scripts/launch_grpo.sh countdown_cpu \
 grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
 
 echo "== 5/5 eval after training: $CHECKPOINT"
-"${PY[@]}" scripts/quick_eval.py --model_path "$CHECKPOINT" --data "$DATA/test.parquet" \
-    --max_tokens 48 --output "$OUT/eval_after.json" > /dev/null
+"${PY[@]}" scripts/eval_countdown.py --model_path "$CHECKPOINT" --data "$DATA/test.parquet" \
+    --max_tokens 48 --quiet --output "$OUT/eval_after" reward > /dev/null
 
 echo
 echo "Quickstart report ($MODEL, $STEPS GRPO step(s), $((SECONDS - START)) s)"
-"${PY[@]}" scripts/quick_eval.py --compare "$OUT/eval_before.json" "$OUT/eval_after.json"
+"${PY[@]}" scripts/eval_countdown.py compare "$OUT/eval_before" "$OUT/eval_after"
 echo
 echo "checkpoint: $CHECKPOINT"
+echo "eval runs (samples.jsonl, summary.md): $OUT/eval_before $OUT/eval_after"
 echo "training log: $OUT/train.log"

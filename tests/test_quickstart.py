@@ -44,7 +44,7 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
     assert "| pass@1 |" in output
     checkpoint = tmp_path / "qs/checkpoints/quickstart_tiny/global_step_1/actor/huggingface"
     assert (checkpoint / "model.safetensors").is_file()
-    after = json.loads((tmp_path / "qs/eval_after.json").read_text())
+    after = json.loads((tmp_path / "qs/eval_after/summary.json").read_text())
     assert after["model"] == str(checkpoint) and after["prompts"] == 32
 
 

@@ -16,23 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from conftest import ray_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
 pytestmark = pytest.mark.slow
-
-
-def _ray_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
@@ -53,9 +42,9 @@ def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
         output, _ = proc.communicate()
         pytest.fail(f"run exceeded {RUN_TIMEOUT_S} s:\n{output[-4000:]}")
     deadline = time.monotonic() + 60
-    while _ray_processes(ray_tmp) and time.monotonic() < deadline:
+    while ray_processes(ray_tmp) and time.monotonic() < deadline:
         time.sleep(1)
-    leftovers = _ray_processes(ray_tmp)
+    leftovers = ray_processes(ray_tmp)
     for leftover in leftovers:  # only this run's Ray processes, identified by its temp dir
         leftover.kill()
     assert not leftovers, f"Ray processes left behind: {[p.pid for p in leftovers]}"
@@ -144,6 +133,38 @@ def test_wandb_offline_run_holds_the_metrics(workdir: Path, first_run: str) -> N
     assert {1, 2} <= steps, history  # every training step reached the run file
     assert all("critic/score/mean" in row for row in history if row.get("training/global_step"))
     assert "exit" in kinds  # the run was finished, not cut off at process exit
+
+
+def test_eval_cli_reads_the_checkpoint(workdir: Path, first_run: str) -> None:
+    """The eval CLI on the real verl ``actor/huggingface`` layout: reward, then analyse."""
+    import sys
+
+    checkpoint = workdir / "checkpoints/e2e/global_step_2/actor/huggingface"
+    for command, extra in (("reward", []), ("analyse", ["--rollout_n", "2"])):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "scripts/eval_countdown.py",
+                "--model_path",
+                str(checkpoint),
+                "--data",
+                str(workdir / "data/countdown/test.parquet"),
+                "--max_tokens",
+                "8",
+                "--quiet",
+                "--output",
+                str(workdir / f"eval_{command}"),
+                command,
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads((workdir / f"eval_{command}/summary.json").read_text())
+        assert summary["model"] == str(checkpoint) and summary["prompts"] == 8
 
 
 def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> None:
