@@ -45,6 +45,8 @@ class HFSyncRollout(HFRollout):
         )
         self.module.generate = _without_position_ids(self.module.generate)
         self.module.eval()
+        # LoRA: the base value of every weight an adapter has been merged into.
+        self._lora_base: dict[str, torch.Tensor] = {}
 
     async def resume(self, tags: list[str]) -> None:
         """Weights and cache live in host memory the whole time: nothing to bring back."""
@@ -55,11 +57,17 @@ class HFSyncRollout(HFRollout):
     async def update_weights(
         self, weights: Iterable[tuple[str, torch.Tensor]], **kwargs: Any
     ) -> None:
-        """Copy the actor's current weights (HF names, full tensors) into the rollout model."""
-        if kwargs.get("peft_config") is not None:
-            raise NotImplementedError(
-                "LoRA is not supported by the CPU HF rollout; use adapter=none"
-            )
+        """Bring the rollout model up to the actor's weights before a rollout.
+
+        Full fine-tuning (and LoRA's first sync with a dummy-loaded rollout): full tensors by
+        HF name, copied in. LoRA afterwards: only the adapters' A and B matrices arrive (verl
+        sends ``get_peft_model_state_dict``), merged here as PEFT merges them,
+        ``W = W_base + scale * B @ A``, onto a kept copy of each adapted base weight.
+        """
+        peft_config = kwargs.get("peft_config")
+        if peft_config is not None and kwargs.get("base_sync_done", True):
+            self._merge_lora(dict(weights), peft_config)
+            return
         state = self.module.state_dict()
         unknown = []
         with torch.no_grad():
@@ -71,6 +79,26 @@ class HFSyncRollout(HFRollout):
                 target.copy_(tensor.detach().to(dtype=target.dtype))
         if unknown:
             raise KeyError(f"actor weights not in the rollout model: {unknown[:5]}")
+        self._lora_base.clear()  # new base weights: merged copies are stale
+
+    def _merge_lora(self, weights: dict[str, torch.Tensor], peft_config: Any) -> None:
+        rank = int(peft_config.r)
+        alpha = float(peft_config.lora_alpha)
+        scale = alpha / (rank**0.5 if getattr(peft_config, "use_rslora", False) else rank)
+        state = self.module.state_dict()
+        base = self._lora_base
+        prefixes = sorted({name.split(".lora_A.")[0] for name in weights if ".lora_A." in name})
+        if not prefixes:
+            raise KeyError(f"no LoRA A/B matrices among {list(weights)[:5]}")
+        with torch.no_grad():
+            for prefix in prefixes:
+                lora_a = weights[f"{prefix}.lora_A.weight"].float()
+                lora_b = weights[f"{prefix}.lora_B.weight"].float()
+                target = prefix.removeprefix("base_model.model.") + ".weight"
+                if target not in state:
+                    raise KeyError(f"LoRA module {prefix} has no base weight {target}")
+                original = base.setdefault(target, state[target].detach().clone())
+                state[target].copy_(original + scale * (lora_b @ lora_a).to(original.dtype))
 
     def generate_sequences(self, prompts: Any) -> Any:
         output = super().generate_sequences(prompts)

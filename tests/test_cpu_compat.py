@@ -123,6 +123,50 @@ def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
         asyncio.run(rollout.update_weights(iter([("no.such.weight", torch.zeros(1))])))
 
 
+def test_hf_rollout_merges_lora_like_peft(tmp_path) -> None:
+    """LoRA updates (A/B matrices only, as verl sends them) give PEFT's merged weights, and a
+    second update replaces the first adapter rather than stacking on it."""
+    import asyncio
+
+    import torch
+    from omegaconf import OmegaConf
+    from peft import LoraConfig, get_peft_model
+    from peft.utils.save_and_load import get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.cpu_rollout import HFSyncRollout
+    from rlvr.tiny_model import build_model
+
+    path = build_model(tmp_path / "a", seed=0)
+    rollout = HFSyncRollout(
+        OmegaConf.create(
+            {
+                "_target_": "verl.workers.config.RolloutConfig",
+                "name": "hf",
+                "mode": "sync",
+                "response_length": 8,
+                "prompt_length": 16,
+            }
+        ),
+        OmegaConf.create({"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}),
+        device_mesh=None,
+    )
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), config)
+        adapters = get_peft_model_state_dict(peft_model)
+        assert all(".lora_" in name for name in adapters)
+        asyncio.run(
+            rollout.update_weights(iter(adapters.items()), peft_config=config, base_sync_done=True)
+        )
+        merged = peft_model.merge_and_unload().state_dict()
+        for name, tensor in rollout.module.state_dict().items():
+            torch.testing.assert_close(tensor, merged[name], rtol=1e-5, atol=1e-6, msg=name)
+    with pytest.raises(KeyError, match="no LoRA"):
+        asyncio.run(rollout.update_weights(iter([]), peft_config=config, base_sync_done=True))
+
+
 def test_hf_rollout_generates_like_plain_generate(tmp_path) -> None:
     """The rollout's responses equal plain greedy ``generate`` (guards the position-ids bug)."""
     out = _run(
