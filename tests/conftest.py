@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
 import psutil
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def ray_processes(marker: str) -> list[psutil.Process]:
@@ -16,6 +24,39 @@ def ray_processes(marker: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def run_bounded(
+    cmd: list[str], env: dict[str, str], timeout_s: float, ray_tmp: str | None = None
+) -> str:
+    """Run ``cmd`` from the repo root in its own process group with a hard timeout, and
+    require exit 0. With ``ray_tmp`` (the run's own Ray temp dir), no process of that Ray
+    instance may remain afterwards; stragglers, and only they, are killed."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"{cmd[:3]} exceeded {timeout_s} s:\n{output[-4000:]}")
+    if ray_tmp is not None:
+        deadline = time.monotonic() + 60
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(1)
+        leftovers = ray_processes(ray_tmp)
+        for leftover in leftovers:
+            leftover.kill()
+        assert not leftovers, f"Ray processes left behind: {[p.pid for p in leftovers]}"
+    assert proc.returncode == 0, output[-6000:]
+    return output
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_quickstart_tiny(tmp_path: Path) -> None:
     env = {**os.environ, "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
-    proc = subprocess.Popen(
+    output = run_bounded(
         [
             "bash",
             "scripts/quickstart.sh",
@@ -27,19 +27,9 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
             "--out",
             str(tmp_path / "qs"),
         ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        env,
+        900,
     )
-    try:
-        output, _ = proc.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("quickstart exceeded 900 s")
-    assert proc.returncode == 0, output[-5000:]
     assert "Quickstart report (tiny, 1 GRPO step(s)" in output
     assert "| pass@1 |" in output
     checkpoint = tmp_path / "qs/checkpoints/quickstart_tiny/global_step_1/actor/huggingface"

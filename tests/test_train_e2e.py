@@ -10,14 +10,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ray_processes
+from conftest import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
@@ -25,31 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
-    """Run with a hard timeout; afterwards no process of this run's Ray instance may remain."""
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"run exceeded {RUN_TIMEOUT_S} s:\n{output[-4000:]}")
-    deadline = time.monotonic() + 60
-    while ray_processes(ray_tmp) and time.monotonic() < deadline:
-        time.sleep(1)
-    leftovers = ray_processes(ray_tmp)
-    for leftover in leftovers:  # only this run's Ray processes, identified by its temp dir
-        leftover.kill()
-    assert not leftovers, f"Ray processes left behind: {[p.pid for p in leftovers]}"
-    assert proc.returncode == 0, output[-6000:]
-    return output
+    return run_bounded(cmd, env, RUN_TIMEOUT_S, ray_tmp)
 
 
 @pytest.fixture(scope="module")
