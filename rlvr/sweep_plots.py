@@ -1,0 +1,183 @@
+"""Sweep figures: final reward vs one grid axis (the TuFT guide's "reward vs LR, a line per rank")
+and every run's reward curve. matplotlib with the Agg backend, so it works on headless machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlvr.sweep import REWARD_KEY, SweepError, SweepRow
+
+
+def default_x_axis(axes: Sequence[str]) -> str:
+    """The learning rate when it is on the grid, else the first axis."""
+    for axis in axes:
+        if axis == "lr" or axis.endswith(".lr"):
+            return axis
+    return axes[0]
+
+
+def _numeric(values: Sequence[str]) -> list[float] | None:
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        return None
+
+
+def _series_label(row: SweepRow, series_axes: Sequence[str]) -> str:
+    return ", ".join(f"{a.split('.')[-1]}={row.values[a]}" for a in series_axes) or "all runs"
+
+
+def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: str = "") -> Path:
+    """Final reward against ``x_axis``, one line per combination of the other axes.
+
+    Collapsed runs are crosses edged in red (at 0 when the run went NaN); failed runs (no
+    metrics) sit on the x axis as thin crosses, so a hole in the grid is visible rather than
+    silently missing. Marker colours follow their series.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise SweepError("no runs to plot")
+    axes = list(rows[0].values)
+    if x_axis not in axes:
+        raise SweepError(f"--x {x_axis!r} is not a grid axis ({', '.join(axes)})")
+    series_axes = [a for a in axes if a != x_axis]
+    x_values = list(dict.fromkeys(row.values[x_axis] for row in rows))
+    numeric = _numeric(x_values)
+    position = dict(zip(x_values, numeric if numeric else range(len(x_values)), strict=True))
+    log_x = bool(numeric) and min(numeric) > 0 and max(numeric) / min(numeric) >= 10
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    from matplotlib.lines import Line2D
+
+    labels = list(dict.fromkeys(_series_label(row, series_axes) for row in rows))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles = []
+    marked = {"collapsed": False, "failed": False}
+    for index, label in enumerate(labels):
+        colour = palette[index % len(palette)]
+        members = sorted(
+            (r for r in rows if _series_label(r, series_axes) == label),
+            key=lambda r: position[r.values[x_axis]],
+        )
+        points = [
+            (position[r.values[x_axis]], r.summary.final_reward)
+            for r in members
+            if r.summary is not None and r.summary.final_reward is not None
+        ]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", color=colour)
+        handles.append(Line2D([], [], color=colour, marker="o", label=label))
+        for r in members:
+            x, summary = position[r.values[x_axis]], r.summary
+            if summary is not None and summary.collapsed:  # a NaN run has no final: draw at 0
+                y = summary.final_reward if summary.final_reward is not None else 0.0
+                ax.scatter(
+                    [x],
+                    [y],
+                    marker="X",
+                    s=170,
+                    color=colour,
+                    edgecolors="red",
+                    linewidths=2,
+                    zorder=5,
+                    label="_collapsed",
+                )
+                marked["collapsed"] = True
+            elif summary is None or summary.final_reward is None:
+                ax.scatter([x], [0.0], marker="x", s=90, color=colour, zorder=4, label="_failed")
+                marked["failed"] = True
+    if marked["collapsed"]:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="X",
+                linestyle="",
+                markersize=11,
+                markerfacecolor="white",
+                markeredgecolor="red",
+                markeredgewidth=2,
+                label="collapsed (NaN: drawn at 0)",
+            )
+        )
+    if marked["failed"]:
+        handles.append(
+            Line2D([], [], marker="x", linestyle="", color="grey", label="failed / no metrics")
+        )
+    finals = [
+        r.summary.final_reward for r in rows if r.summary and r.summary.final_reward is not None
+    ]
+    ax.set_ylim(-0.03, max(0.1, *finals) * 1.1)  # rewards are >= 0; keep the zero line visible
+    if log_x:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    ax.set_xticks(list(position.values()), x_values)  # the grid's own values, as written
+    ax.set_xlabel(x_axis.split(".")[-1] + (" (log scale)" if log_x else ""))
+    ax.set_ylabel(f"final reward (mean {REWARD_KEY}, last steps)")
+    ax.set_title(title or f"final reward vs {x_axis.split('.')[-1]}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(handles=handles, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_reward_curves(rows: Sequence[SweepRow], path: Path, title: str = "") -> Path:
+    """Reward per training step for every run that logged one; collapsed runs dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [r for r in rows if r.summary is not None and r.summary.rewards]
+    if not curves:
+        raise SweepError("no run logged a training step; nothing to plot")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in curves:
+        steps, rewards = zip(*row.summary.rewards, strict=True)
+        style = "--" if row.summary.collapsed else "-"
+        label = row.name + (" (collapsed)" if row.summary.collapsed else "")
+        ax.plot(steps, rewards, style, marker="." if len(steps) < 30 else None, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(REWARD_KEY)
+    ax.set_title(title or "reward curves")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(curves) > 8 else 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(
+    sweep_dir: Path, record: dict, rows: Sequence[SweepRow], x_axis: str | None = None
+) -> list[Path]:
+    """Tables and both figures under the sweep folder; returns the paths written."""
+    from rlvr.sweep import write_tables
+
+    written = write_tables(sweep_dir, record, rows)
+    axes = list(rows[0].values) if rows else []
+    x_axis = x_axis or default_x_axis(axes)
+    short = x_axis.split(".")[-1]
+    name = record["name"]
+    written.append(
+        plot_final_reward(
+            rows,
+            x_axis,
+            sweep_dir / f"final_reward_vs_{short}.png",
+            title=f"{name}: final reward vs {short}",
+        )
+    )
+    if any(r.summary is not None and r.summary.rewards for r in rows):
+        written.append(
+            plot_reward_curves(rows, sweep_dir / "reward_curves.png", title=f"{name}: reward")
+        )
+    return written

@@ -1,0 +1,44 @@
+"""Figures and tables for a sweep folder: final reward vs LR (a line per rank), reward curves.
+
+Usage: uv run scripts/plot_sweep.py artifacts/sweeps/NAME [--x lr]
+
+Reads each run's own log (nothing is re-run) and writes, under the sweep folder:
+final_reward_vs_<x>.png, reward_curves.png, results.csv and results.md. Works on a sweep
+still in progress: unfinished points show as pending, failed ones as crosses on the x axis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlvr.sweep import SweepError, load_sweep
+from rlvr.sweep_plots import write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("sweep_dir", help="a folder written by scripts/sweep.py")
+    parser.add_argument(
+        "--x", help="grid axis on the x axis of the main figure (default: lr if swept)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        record, rows = load_sweep(Path(args.sweep_dir))
+        written = write_report(Path(args.sweep_dir), record, rows, x_axis=args.x)
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print((Path(args.sweep_dir) / "results.md").read_text())
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,336 @@
+"""Sweep engine: grid parsing and naming, metrics from verl console logs, collapse detection,
+the runner's skip/keep-going rules (with a stand-in launcher), tables and figures.
+
+The real 2x2 GRPO sweep on CPU is in tests/test_sweep_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from pathlib import Path
+
+import pytest
+
+from rlvr.sweep import (
+    SweepError,
+    SweepSpec,
+    failure_reason,
+    grid_points,
+    launch_command,
+    load_sweep,
+    parse_console_log,
+    parse_grid,
+    point_overrides,
+    results_csv,
+    run_sweep,
+    summarise_history,
+)
+from rlvr.sweep_plots import default_x_axis, plot_final_reward, write_report
+
+
+def test_grid_aliases_order_and_names() -> None:
+    axes = parse_grid(["lora_rank=8,32", "actor_rollout_ref.actor.optim.lr=1e-6, 5e-4"])
+    assert [a.key for a in axes] == [
+        "actor_rollout_ref.model.lora_rank",
+        "actor_rollout_ref.actor.optim.lr",
+    ]
+    points = grid_points(axes)
+    assert [p.name for p in points] == [
+        "lora_rank8_lr1e-6",
+        "lora_rank8_lr5e-4",
+        "lora_rank32_lr1e-6",
+        "lora_rank32_lr5e-4",
+    ]
+    assert points[1].overrides == (
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.actor.optim.lr=5e-4",
+    )
+    assert parse_grid(["lr=1e-5"])[0].key == "actor_rollout_ref.actor.optim.lr"
+
+
+@pytest.mark.parametrize(
+    "specs, message",
+    [
+        ([], "no --grid"),
+        (["lr"], "KEY=V1,V2"),
+        (["lr="], "KEY=V1,V2"),
+        (["=1,2"], "KEY=V1,V2"),
+        (["lr=1e-5,1e-5"], "repeated"),
+        (["lr=1", "actor_rollout_ref.actor.optim.lr=2"], "already on the grid"),
+        (["a.b.n=1", "c.n=2"], "different names"),
+        (["lr;rm=1"], "not a config key"),
+    ],
+)
+def test_bad_grids_are_refused(specs: list[str], message: str) -> None:
+    with pytest.raises(SweepError, match=message):
+        parse_grid(specs)
+
+
+def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
+    spec = SweepSpec("demo", "countdown_cpu", parse_grid(["lr=1e-5", "rollout_n=2"]), ["x=1"])
+    point = grid_points(spec.grid)[0]
+    overrides = point_overrides(spec, point, tmp_path)
+    assert overrides[:3] == [
+        "x=1",
+        "actor_rollout_ref.actor.optim.lr=1e-5",
+        "actor_rollout_ref.rollout.n=2",
+    ]
+    assert "trainer.experiment_name=demo__lr1e-5_rollout_n2" in overrides
+    assert f"trainer.default_local_dir={tmp_path / 'checkpoints'}" in overrides
+    assert {"+sweep.name=demo", "+sweep.lr=1e-5", "+sweep.rollout_n=2"} <= set(overrides)
+    assert "trainer.save_freq=-1" in overrides
+    spec.keep_checkpoints = True
+    assert "trainer.save_freq=-1" not in point_overrides(spec, point, tmp_path)
+
+    job = launch_command(spec, point, tmp_path, ray_address="http://head:8265")
+    assert job[:4] == ["ray", "job", "submit", "--address=http://head:8265"]
+    env_flag = next(a for a in job if a.startswith("--runtime-env-json="))
+    runtime_env = json.loads(env_flag.split("=", 1)[1])
+    assert runtime_env["env_vars"] == {"RLVR_LOG_DIR": str(tmp_path), "WANDB_RUN_GROUP": "demo"}
+    assert job[job.index("--") + 1 :] == launch_command(spec, point, tmp_path)
+
+
+CONSOLE = """\
+(TaskRunner pid=42) step:0 - val-aux/countdown/reward/mean@1:0.1 - val-core/countdown/acc/mean@1:0
+(TaskRunner pid=42) step:1 - actor/pg_loss:-0.1 - critic/score/mean:0.25 - timing_s/gen:1.5
+some other line with step: in it
+step:2 - critic/score/mean:0.5 - actor/grad_norm:nan - note:text
+step:2 - val-core/countdown/acc/mean@1:0.75
+"""
+
+
+def test_console_log_parsing() -> None:
+    history = parse_console_log(CONSOLE)
+    assert sorted(history) == [0, 1, 2]
+    assert history[1] == {"actor/pg_loss": -0.1, "critic/score/mean": 0.25, "timing_s/gen": 1.5}
+    assert math.isnan(history[2]["actor/grad_norm"])
+    assert history[2]["val-core/countdown/acc/mean@1"] == 0.75  # later line merged in
+    assert "note" not in history[2]
+
+
+def _history(rewards: list[float], **extra: dict[int, dict[str, float]]) -> dict:
+    history = {step: {"critic/score/mean": r} for step, r in enumerate(rewards, start=1)}
+    for step, metrics in extra.get("at", {}).items():
+        history.setdefault(step, {}).update(metrics)
+    return history
+
+
+def test_final_reward_is_the_mean_of_the_last_steps() -> None:
+    summary = summarise_history(_history([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), last_k=5)
+    assert summary.final_reward == pytest.approx(0.4)
+    assert summary.peak_reward == pytest.approx(0.55)  # 2-step average (7 // 3)
+    assert summary.steps == 7 and not summary.collapsed
+    short = summarise_history(_history([0.2, 0.4]), last_k=5)  # fewer steps than K
+    assert short.final_reward == pytest.approx(0.3)
+
+
+def test_collapse_after_a_peak_and_on_nan() -> None:
+    rise_and_fall = [0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.1, 0.0, 0.0, 0.0, 0.0]
+    summary = summarise_history(_history(rise_and_fall), last_k=5)
+    assert summary.collapsed and "fell from 0.800" in summary.collapse_reason
+    # a dip that stays above half the peak is not a collapse
+    assert not summarise_history(_history([0.5] * 6 + [0.3] * 5), last_k=5).collapsed
+    # near-zero reward noise is not a peak
+    assert not summarise_history(_history([0.0, 0.04, 0.0, 0.0, 0.0, 0.0]), last_k=2).collapsed
+    nan = summarise_history(_history([0.2, 0.3, 0.1], at={3: {"actor/pg_loss": float("nan")}}))
+    assert nan.collapsed and nan.final_reward is None
+    assert nan.collapse_reason == "actor/pg_loss is nan at step 3"
+
+
+def test_best_validation_ignores_the_step_zero_baseline() -> None:
+    history = _history([0.1, 0.2], at={2: {"val-core/countdown/acc/mean@1": 0.3}})
+    history[0] = {"val-core/countdown/acc/mean@1": 0.9}
+    summary = summarise_history(history)
+    assert summary.best_val == 0.3 and summary.initial_val == 0.9
+
+
+def test_failure_reason_names_the_error() -> None:
+    output = "starting\nTraceback (most recent call last):\n  File x\nValueError: lr must be > 0\n"
+    assert failure_reason(1, output) == "exit 1: ValueError: lr must be > 0"
+    assert failure_reason(None, output) == "timed out"
+    assert failure_reason(3, "") == "exit 3: no output"
+
+
+# ---------------------------------------------------------------- runner with a stand-in launcher
+
+STAND_IN = """#!/usr/bin/env bash
+# Stands in for launch_grpo.sh: prints verl-style step lines; fails for lr=5e-4.
+echo "$@" >> "$RLVR_LOG_DIR/calls.txt"
+case "$*" in
+  *optim.lr=5e-4*) echo "ValueError: loss is nan, giving up" >&2; exit 3 ;;
+esac
+echo "step:1 - critic/score/mean:0.2 - actor/pg_loss:0.1"
+echo "step:2 - critic/score/mean:0.4 - actor/pg_loss:0.1"
+"""
+
+
+def _stand_in(tmp_path: Path) -> Path:
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(STAND_IN)
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    return launcher
+
+
+def test_runner_keeps_going_records_failures_and_skips_finished(tmp_path: Path) -> None:
+    launcher, sweep_dir = _stand_in(tmp_path), tmp_path / "sweep"
+    spec = SweepSpec("demo", "countdown_cpu", parse_grid(["rollout_n=2,4", "lr=1e-5,5e-4"]))
+    lines: list[str] = []
+    statuses = run_sweep(spec, sweep_dir, launcher=launcher, echo=lines.append)
+    assert [s.state for s in statuses] == ["finished", "failed", "finished", "failed"]
+    failed = json.loads((sweep_dir / "runs/rollout_n2_lr5e-4/status.json").read_text())
+    assert failed["returncode"] == 3
+    assert failed["reason"] == "exit 3: ValueError: loss is nan, giving up"
+    assert any("FAILED" in line for line in lines)
+
+    # rerun: finished points are skipped, failed ones are tried again
+    lines.clear()
+    run_sweep(spec, sweep_dir, launcher=launcher, echo=lines.append)
+    assert sum("skipped" in line for line in lines) == 2
+    calls = (sweep_dir / "runs/rollout_n2_lr1e-5/calls.txt").read_text().splitlines()
+    assert len(calls) == 1
+    assert len((sweep_dir / "runs/rollout_n2_lr5e-4/calls.txt").read_text().splitlines()) == 2
+
+    # a new value on an existing axis adds points; a different experiment is refused
+    wider = SweepSpec("demo", "countdown_cpu", parse_grid(["rollout_n=8", "lr=1e-5"]))
+    run_sweep(wider, sweep_dir, launcher=launcher, echo=lines.append)
+    record, rows = load_sweep(sweep_dir)
+    assert record["grid"]["rollout_n"] == ["2", "4", "8"]
+    assert len(rows) == 6 and [r.state for r in rows].count("pending") == 1
+    other = SweepSpec("demo", "gsm8k_qwen2_5_3b", parse_grid(["lr=1e-5"]))
+    with pytest.raises(SweepError, match="different sweep"):
+        run_sweep(other, sweep_dir, launcher=launcher)
+
+
+def test_a_run_without_steps_is_not_finished(tmp_path: Path) -> None:
+    launcher = tmp_path / "quiet.sh"
+    launcher.write_text("#!/usr/bin/env bash\necho nothing logged\n")
+    spec = SweepSpec("quiet", "countdown_cpu", parse_grid(["lr=1e-5"]))
+    (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, echo=lambda _: None)
+    assert status.state == "failed" and "no training step" in status.reason
+
+
+def test_timeout_stops_the_point(tmp_path: Path) -> None:
+    launcher = tmp_path / "slow.sh"
+    launcher.write_text("#!/usr/bin/env bash\nsleep 60\n")
+    spec = SweepSpec("slow", "countdown_cpu", parse_grid(["lr=1e-5"]))
+    (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, timeout_s=1, echo=lambda _: None)
+    assert status.state == "failed" and status.reason == "timed out" and status.seconds < 30
+
+
+# ---------------------------------------------------------------- tables and figures
+
+
+def _recorded_sweep(tmp_path: Path) -> Path:
+    """A 3x2 sweep folder as the runner leaves it: one collapsed run, one failed, one NaN."""
+    curves = {
+        "lora_rank8_lr1e-5": [0.1, 0.2, 0.3, 0.35, 0.4, 0.4],
+        "lora_rank8_lr1e-4": [0.1, 0.4, 0.6, 0.7, 0.7, 0.72],
+        "lora_rank8_lr5e-4": [0.1, 0.5, 0.7, 0.3, 0.1, 0.0],  # collapses
+        "lora_rank32_lr1e-5": [0.1, 0.25, 0.35, 0.4, 0.45, 0.45],
+        "lora_rank32_lr1e-4": [0.2, 0.3, 0.4, float("nan")],  # NaN
+    }
+    sweep_dir = tmp_path / "recorded"
+    sweep_dir.mkdir()
+    record = {
+        "name": "recorded",
+        "experiment": "countdown_qwen3_4b_lora",
+        "grid": {"lora_rank": ["8", "32"], "lr": ["1e-5", "1e-4", "5e-4"]},
+        "grid_keys": {
+            "lora_rank": "actor_rollout_ref.model.lora_rank",
+            "lr": "actor_rollout_ref.actor.optim.lr",
+        },
+        "overrides": [],
+        "keep_checkpoints": False,
+    }
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    for name, values in [*curves.items(), ("lora_rank32_lr5e-4", None)]:
+        run = sweep_dir / "runs" / name
+        run.mkdir(parents=True)
+        state = "failed" if values is None else "finished"
+        lines = [f"step:{i} - critic/score/mean:{v}" for i, v in enumerate(values or [], 1)]
+        (run / "output.log").write_text("\n".join(lines) + "\nRuntimeError: CUDA out of memory\n")
+        (run / "status.json").write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "values": {},
+                    "state": state,
+                    "returncode": 0 if values else 1,
+                    "reason": "" if values else "exit 1: RuntimeError: CUDA out of memory",
+                    "seconds": 1.0,
+                    "command": [],
+                }
+            )
+        )
+    return sweep_dir
+
+
+def test_report_on_recorded_metrics(tmp_path: Path) -> None:
+    sweep_dir = _recorded_sweep(tmp_path)
+    record, rows = load_sweep(sweep_dir)
+    by_name = {r.name: r for r in rows}
+    assert by_name["lora_rank8_lr5e-4"].summary.collapsed
+    assert by_name["lora_rank32_lr1e-4"].summary.collapsed
+    assert by_name["lora_rank32_lr5e-4"].state == "failed"
+    assert by_name["lora_rank8_lr1e-4"].summary.final_reward == pytest.approx(0.624)
+
+    written = write_report(sweep_dir, record, rows)
+    assert [p.name for p in written] == [
+        "results.csv",
+        "results.md",
+        "final_reward_vs_lr.png",
+        "reward_curves.png",
+    ]
+    for png in written[2:]:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    csv_lines = (sweep_dir / "results.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("run,lora_rank,lr,state,final_reward")
+    assert len(csv_lines) == 7
+    markdown = (sweep_dir / "results.md").read_text()
+    assert "Best final reward: **lora_rank8_lr1e-4** (0.6240)" in markdown
+    assert "CUDA out of memory" in markdown and "actor" not in results_csv(rows[:1])
+
+
+def test_final_reward_figure_marks_collapse_and_failure(tmp_path: Path) -> None:
+    """The figure's content, read back from matplotlib: lines per rank, log x, markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, rows = load_sweep(_recorded_sweep(tmp_path))
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)
+    try:
+        plot_final_reward(rows, default_x_axis(["lora_rank", "lr"]), tmp_path / "f.png")
+    finally:
+        plt.close = original
+    (ax,) = captured["fig"].axes
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-5", "1e-4", "5e-4"]
+    rank8, rank32 = ax.get_lines()
+    assert list(rank8.get_xdata()) == [1e-5, 1e-4, 5e-4]
+    assert list(rank32.get_xdata()) == [1e-5]  # the NaN and the failed run have no final reward
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [
+        "lora_rank=8",
+        "lora_rank=32",
+        "collapsed (NaN: drawn at 0)",
+        "failed / no metrics",
+    ]
+    markers: dict[str, list] = {}
+    for collection in ax.collections:
+        markers.setdefault(collection.get_label(), []).extend(collection.get_offsets().tolist())
+    assert markers["_collapsed"] == [[5e-4, pytest.approx(0.32)], [1e-4, 0.0]]
+    assert markers["_failed"] == [[5e-4, 0.0]]
+
+
+def test_plot_refuses_unknown_axis(tmp_path: Path) -> None:
+    _, rows = load_sweep(_recorded_sweep(tmp_path))
+    with pytest.raises(SweepError, match="not a grid axis"):
+        plot_final_reward(rows, "entropy", tmp_path / "x.png")
+    with pytest.raises(SweepError, match="not a sweep folder"):
+        load_sweep(tmp_path / "nowhere")
