@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.config import compose
+from rlvr.config import compose, validate
 from rlvr.sweep import ROOT, SweepError, SweepSpec, grid_points, load_sweep, parse_grid, run_sweep
 from rlvr.sweep_plots import write_report
 
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         help="keep each point's checkpoints (default: trainer.save_freq=-1, none saved)",
     )
     parser.add_argument(
-        "--dry_run", action="store_true", help="compose every point's config, print, run nothing"
+        "--dry_run",
+        action="store_true",
+        help="compose and check every point's config (verl's own checks), print, run nothing",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides shared by every point")
     args = parser.parse_args(argv)
@@ -70,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=args.keep_checkpoints,
         )
         points = grid_points(spec.grid)
-        for point in points:  # a typo in a key or value fails here, not after N runs
+        for point in points:  # a typo or a bad batch size fails here, not after N runs
             try:
-                compose(spec.experiment, [*spec.overrides, *point.overrides])
+                validate(compose(spec.experiment, [*spec.overrides, *point.overrides]))
             except Exception as exc:
-                raise SweepError(f"point {point.name} does not compose: {exc}") from exc
+                raise SweepError(f"point {point.name} is not a valid config: {exc}") from exc
         sweep_dir = Path(args.out) / spec.name
         print(f"sweep {spec.name}: {len(points)} points of {spec.experiment} -> {sweep_dir}")
         if args.dry_run:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -334,3 +336,25 @@ def test_plot_refuses_unknown_axis(tmp_path: Path) -> None:
         plot_final_reward(rows, "entropy", tmp_path / "x.png")
     with pytest.raises(SweepError, match="not a sweep folder"):
         load_sweep(tmp_path / "nowhere")
+
+
+def test_cli_checks_every_point_before_running(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(root / "scripts/sweep.py"), f"--out={tmp_path}", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    bad_key = sweep("--experiment=countdown_cpu", "--grid=actor_rollout_ref.actor.optim.lrr=1")
+    assert bad_key.returncode == 2 and "point lrr1 is not a valid config" in bad_key.stderr
+    # verl's own check: the mini batch must not exceed the train batch
+    bad_batch = sweep("--experiment=countdown_cpu", "--grid=data.train_batch_size=2,1")
+    assert bad_batch.returncode == 2 and "train_batch_size1" in bad_batch.stderr
+    assert sweep("--grid=lr=1").returncode == 2  # --experiment is required
+    dry = sweep("--experiment=countdown_cpu", "--grid=lr=1e-5,1e-4", "--dry_run")
+    assert dry.returncode == 0 and "lr1e-4: actor_rollout_ref.actor.optim.lr=1e-4" in dry.stdout
+    assert not list(tmp_path.iterdir())  # a dry run writes nothing
