@@ -1,4 +1,4 @@
-"""Generation backends for eval: batched HF ``generate`` (CPU or GPU) and vLLM 0.11 (CUDA).
+"""Generation backends for eval: batched KV-cached HF decoding (CPU or GPU) and vLLM 0.11 (CUDA).
 
 Both take prompts as token ids (rendered once, exactly as verl renders them in training) and
 return the same structure per sample: text, token count, finish reason and the sampled tokens'
