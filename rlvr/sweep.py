@@ -102,7 +102,7 @@ def parse_grid(specs: Sequence[str]) -> list[GridAxis]:
 
 
 def grid_points(axes: Sequence[GridAxis]) -> list[GridPoint]:
-    """Every combination, the first axis varying slowest."""
+    """Every combination, the first axis varying slowest; names must tell them apart."""
     points = []
     for combo in itertools.product(*(axis.values for axis in axes)):
         points.append(
@@ -113,6 +113,10 @@ def grid_points(axes: Sequence[GridAxis]) -> list[GridPoint]:
                 ),
             )
         )
+    names = [point.name for point in points]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes:  # e.g. "a/b" and "ab": one run folder for two points would skip one of them
+        raise SweepError(f"grid values give the same run name: {', '.join(clashes)}")
     return points
 
 
@@ -235,13 +239,23 @@ def _run_once(
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_group(proc)
             return None
+        except BaseException:  # Ctrl-C: the run's own session would not see it and outlive us
+            _stop_group(proc)
+            raise
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the run's process group, SIGKILL it if it is not gone after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
@@ -300,7 +314,20 @@ def run_sweep(
         }
         echo(f"{label}: running (log: {run_dir / 'output.log'})")
         started = time.monotonic()
-        returncode = _run_once(command, run_env, run_dir / "output.log", timeout_s)
+        try:
+            returncode = _run_once(command, run_env, run_dir / "output.log", timeout_s)
+        except KeyboardInterrupt:
+            interrupted = RunStatus(
+                name=point.name,
+                values=point.values,
+                state="failed",
+                returncode=None,
+                reason="interrupted",
+                seconds=round(time.monotonic() - started, 1),
+                command=command,
+            )
+            _write_json_atomic(run_dir / "status.json", asdict(interrupted))
+            raise
         seconds = round(time.monotonic() - started, 1)
         output = (run_dir / "output.log").read_text(errors="replace")
         history = parse_console_log(output)

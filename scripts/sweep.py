@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: the running point was stopped; rerun the same command to resume")
+        return 130
     failed = [s.name for s in statuses if s.state != "finished"]
     if failed:
         print(f"{len(failed)} of {len(statuses)} points failed: {', '.join(failed)}")

@@ -70,6 +70,11 @@ def test_bad_grids_are_refused(specs: list[str], message: str) -> None:
         parse_grid(specs)
 
 
+def test_values_that_would_share_a_run_folder_are_refused() -> None:
+    with pytest.raises(SweepError, match="same run name: train_filesab"):
+        grid_points(parse_grid(["data.train_files=a/b,ab"]))
+
+
 def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     spec = SweepSpec("demo", "countdown_cpu", parse_grid(["lr=1e-5", "rollout_n=2"]), ["x=1"])
     point = grid_points(spec.grid)[0]
@@ -219,6 +224,37 @@ def test_timeout_stops_the_point(tmp_path: Path) -> None:
     spec = SweepSpec("slow", "countdown_cpu", parse_grid(["lr=1e-5"]))
     (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, timeout_s=1, echo=lambda _: None)
     assert status.state == "failed" and status.reason == "timed out" and status.seconds < 30
+
+
+def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
+    """The launcher runs in its own session, out of reach of the terminal's Ctrl-C: the sweep
+    must stop it itself before exiting."""
+    import os
+    import signal
+    import time
+
+    launcher = tmp_path / "long.sh"
+    launcher.write_text('#!/usr/bin/env bash\necho $$ > "$RLVR_LOG_DIR/pid"\nsleep 300\n')
+    code = (
+        "import sys; from pathlib import Path; "
+        "from rlvr.sweep import SweepSpec, parse_grid, run_sweep; "
+        "run_sweep(SweepSpec('c', 'countdown_cpu', parse_grid(['lr=1e-5'])), "
+        f"Path({str(tmp_path / 's')!r}), launcher=Path({str(launcher)!r}))"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    pid_file = tmp_path / "s/runs/lr1e-5/pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.2)
+    launcher_pid = int(pid_file.read_text())
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=60)
+    assert sweep.returncode != 0 and "KeyboardInterrupt" in stderr
+    with pytest.raises(ProcessLookupError):
+        os.kill(launcher_pid, 0)
+    status = json.loads((tmp_path / "s/runs/lr1e-5/status.json").read_text())
+    assert status["state"] == "failed" and status["reason"] == "interrupted"
 
 
 # ---------------------------------------------------------------- tables and figures
