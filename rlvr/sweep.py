@@ -246,6 +246,20 @@ def _run_once(
             raise
 
 
+def _stop_ray_job(command: list[str], ray_address: str, log_path: Path) -> None:
+    """Stopping ``ray job submit`` only stops the client tailing the logs; the job itself
+    keeps the cluster busy until ``ray job stop``."""
+    submission = next(a.split("=", 1)[1] for a in command if a.startswith("--submission-id="))
+    with log_path.open("a") as log:
+        subprocess.run(
+            ["ray", "job", "stop", f"--address={ray_address}", submission],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=False,
+        )
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM the run's process group, SIGKILL it if it is not gone after 30 s."""
     try:
@@ -316,7 +330,11 @@ def run_sweep(
         started = time.monotonic()
         try:
             returncode = _run_once(command, run_env, run_dir / "output.log", timeout_s)
+            if returncode is None and ray_address is not None:
+                _stop_ray_job(command, ray_address, run_dir / "output.log")
         except KeyboardInterrupt:
+            if ray_address is not None:
+                _stop_ray_job(command, ray_address, run_dir / "output.log")
             interrupted = RunStatus(
                 name=point.name,
                 values=point.values,

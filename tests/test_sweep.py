@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import stat
 import subprocess
 import sys
@@ -226,10 +227,33 @@ def test_timeout_stops_the_point(tmp_path: Path) -> None:
     assert status.state == "failed" and status.reason == "timed out" and status.seconds < 30
 
 
+def test_a_timed_out_ray_job_is_stopped_on_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --ray_address, a timeout must also `ray job stop` the job (a stand-in `ray` CLI)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_ray = bin_dir / "ray"
+    fake_ray.write_text(
+        f'#!/usr/bin/env bash\necho "$@" >> {tmp_path}/ray_calls.txt\n'
+        '[[ "$2" == submit ]] && sleep 60\nexit 0\n'
+    )
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = SweepSpec("remote", "countdown_cpu", parse_grid(["lr=1e-5"]))
+    (status,) = run_sweep(
+        spec, tmp_path / "s", ray_address="http://head:8265", timeout_s=1, echo=lambda _: None
+    )
+    assert status.reason == "timed out"
+    submit, stop = (tmp_path / "ray_calls.txt").read_text().splitlines()
+    submission = next(a for a in submit.split() if a.startswith("--submission-id="))
+    assert submission.startswith("--submission-id=remote__lr1e-5__")
+    assert stop == f"job stop --address=http://head:8265 {submission.split('=', 1)[1]}"
+
+
 def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
     """The launcher runs in its own session, out of reach of the terminal's Ctrl-C: the sweep
     must stop it itself before exiting."""
-    import os
     import signal
     import time
 
