@@ -4,6 +4,7 @@ and every run's reward curve. matplotlib with the Agg backend, so it works on he
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,6 +147,11 @@ def plot_reward_curves(rows: Sequence[SweepRow], path: Path, title: str = "") ->
         style = "--" if row.summary.collapsed else "-"
         label = row.name + (" (collapsed)" if row.summary.collapsed else "")
         ax.plot(steps, rewards, style, marker="." if len(steps) < 30 else None, label=label)
+    from matplotlib.ticker import MaxNLocator
+
+    rewards = [r for row in curves for _, r in row.summary.rewards if math.isfinite(r)]
+    ax.set_ylim(-0.03, max(0.1, *rewards) * 1.1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("training step")
     ax.set_ylabel(REWARD_KEY)
     ax.set_title(title or "reward curves")
