@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import metrics
+from rlvr.files import staged, write_json_atomic
 from rlvr.generation import EvalError, Generation, SamplingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,12 +328,6 @@ def finish_run(run: EvalRun, summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(staging, path)
-
-
 # ---------------------------------------------------------------- reports
 
 # Metrics shown in reports, in order; rates print as percentages.
@@ -515,12 +510,8 @@ def filter_learnable(
             )
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.with_name(f".{output.name}.tmp")
-    try:
+    with staged(output) as staging:
         frame.iloc[indices].reset_index(drop=True).to_parquet(staging, index=False)
-        os.replace(staging, output)
-    finally:
-        staging.unlink(missing_ok=True)
     return len(indices), len(records)
 
 

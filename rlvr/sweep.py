@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.files import write_json_atomic, write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 
@@ -200,12 +202,6 @@ class RunStatus:
             return None
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(staging, path)
-
-
 def failure_reason(returncode: int | None, output: str) -> str:
     """The last error-looking line of a failed run's output, with the exit code."""
     if returncode is None:
@@ -291,10 +287,10 @@ def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
         grid = previous["grid"]
         for axis in spec.grid:
             grid[axis.name] = grid[axis.name] + [v for v in axis.values if v not in grid[axis.name]]
-        _write_json_atomic(record, {**spec.to_json(), "grid": grid})
+        write_json_atomic(record, {**spec.to_json(), "grid": grid})
     else:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(record, spec.to_json())
+        write_json_atomic(record, spec.to_json())
 
 
 def run_sweep(
@@ -344,7 +340,7 @@ def run_sweep(
                 seconds=round(time.monotonic() - started, 1),
                 command=command,
             )
-            _write_json_atomic(run_dir / "status.json", asdict(interrupted))
+            write_json_atomic(run_dir / "status.json", asdict(interrupted))
             raise
         seconds = round(time.monotonic() - started, 1)
         output = (run_dir / "output.log").read_text(errors="replace")
@@ -362,7 +358,7 @@ def run_sweep(
             seconds=seconds,
             command=command,
         )
-        _write_json_atomic(run_dir / "status.json", asdict(status))
+        write_json_atomic(run_dir / "status.json", asdict(status))
         statuses.append(status)
         if status.state == "finished":
             summary = summarise_history(history)
@@ -596,7 +592,5 @@ def results_markdown(record: dict[str, Any], rows: Sequence[SweepRow]) -> str:
 def write_tables(sweep_dir: Path, record: dict[str, Any], rows: Sequence[SweepRow]) -> list[Path]:
     paths = [sweep_dir / "results.csv", sweep_dir / "results.md"]
     for path, text in zip(paths, (results_csv(rows), results_markdown(record, rows)), strict=True):
-        staging = path.with_name(f".{path.name}.tmp")
-        staging.write_text(text)
-        os.replace(staging, path)
+        write_text_atomic(path, text)
     return paths

@@ -1,0 +1,34 @@
+"""Atomic writes: the target changes only when the whole write succeeded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr.files import staged, write_json_atomic, write_text_atomic
+
+
+def test_writes_replace_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "summary.json"
+    write_json_atomic(target, {"a": 1})
+    write_json_atomic(target, {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    write_text_atomic(tmp_path / "t.md", "x\n")
+    assert (tmp_path / "t.md").read_text() == "x\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "t.md"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_staging(tmp_path: Path) -> None:
+    target = tmp_path / "rows.parquet"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), staged(target) as staging:
+        staging.write_text("half")
+        raise RuntimeError("disk full")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.parquet"]
+    with pytest.raises(TypeError):
+        write_json_atomic(tmp_path / "new.json", {"not": object()})
+    assert not (tmp_path / "new.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.parquet"]
