@@ -229,19 +229,15 @@ class EvalRun:
         }
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
 def response_summary(graded: list[list[dict[str, Any]]]) -> dict[str, float]:
     """Sample-level means: score, pass@1 (score == 1.0), format, length, truncation."""
     samples = [s for group in graded for s in group]
     return {
-        "mean_score": _mean([s["score"] for s in samples]),
-        "pass@1": _mean([float(metrics.is_success(s["score"])) for s in samples]),
-        "format_rate": _mean([float(s.get("format", 0.0)) for s in samples]),
-        "mean_response_tokens": _mean([s["response_tokens"] for s in samples]),
-        "truncated_rate": _mean([float(s["finish_reason"] == "length") for s in samples]),
+        "mean_score": metrics.mean([s["score"] for s in samples]),
+        "pass@1": metrics.mean([float(metrics.is_success(s["score"])) for s in samples]),
+        "format_rate": metrics.mean([float(s.get("format", 0.0)) for s in samples]),
+        "mean_response_tokens": metrics.mean([s["response_tokens"] for s in samples]),
+        "truncated_rate": metrics.mean([float(s["finish_reason"] == "length") for s in samples]),
     }
 
 

@@ -13,13 +13,12 @@ HF backend therefore runs its own KV-cached decoding loop rather than ``generate
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+from rlvr.preflight import HUB_ID
 
 
 class EvalError(Exception):

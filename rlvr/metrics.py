@@ -48,8 +48,8 @@ def variance(values: Sequence[float]) -> float:
     """Population variance (divide by n), the spread GRPO's group normalisation sees."""
     if not values:
         return 0.0
-    mean = sum(values) / len(values)
-    return sum((v - mean) ** 2 for v in values) / len(values)
+    average = sum(values) / len(values)
+    return sum((v - average) ** 2 for v in values) / len(values)
 
 
 @dataclass
@@ -105,13 +105,14 @@ def is_learnable(
     return row["variance"] > var_min and row["outcome_entropy"] >= entropy_min
 
 
-def _mean(values: Sequence[float]) -> float:
+def mean(values: Sequence[float]) -> float:
+    """The mean, 0.0 for no values (an empty eval reports zeros rather than failing)."""
     return sum(values) / len(values) if values else 0.0
 
 
 def passk_summary(success_counts: Sequence[int], n: int, ks: Sequence[int]) -> dict[str, float]:
     """Mean unbiased pass@k over prompts, for each k (``{"pass@1": ..., "pass@4": ...}``)."""
-    return {f"pass@{k}": _mean([pass_at_k(n, c, k) for c in success_counts]) for k in ks}
+    return {f"pass@{k}": mean([pass_at_k(n, c, k) for c in success_counts]) for k in ks}
 
 
 def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, Any]:
@@ -119,13 +120,13 @@ def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, Any]:
     token_entropies = [s.token_entropy for s in stats if s.token_entropy is not None]
     return {
         "prompts": len(stats),
-        "accuracy": _mean([s.success_rate for s in stats]),
-        "mean_score": _mean([s.mean_score for s in stats]),
-        "mean_variance": _mean([s.variance for s in stats]),
-        "nonzero_variance_fraction": _mean([float(s.variance > 0.0) for s in stats]),
-        "learnable_fraction": _mean([float(is_learnable(s)) for s in stats]),
-        "mean_outcome_entropy": _mean([s.outcome_entropy for s in stats]),
-        "mean_token_entropy": _mean(token_entropies) if token_entropies else None,
+        "accuracy": mean([s.success_rate for s in stats]),
+        "mean_score": mean([s.mean_score for s in stats]),
+        "mean_variance": mean([s.variance for s in stats]),
+        "nonzero_variance_fraction": mean([float(s.variance > 0.0) for s in stats]),
+        "learnable_fraction": mean([float(is_learnable(s)) for s in stats]),
+        "mean_outcome_entropy": mean([s.outcome_entropy for s in stats]),
+        "mean_token_entropy": mean(token_entropies) if token_entropies else None,
     }
 
 

@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -57,6 +59,19 @@ def run_bounded(
         assert not leftovers, f"Ray processes left behind: {[p.pid for p in leftovers]}"
     assert proc.returncode == 0, output[-6000:]
     return output
+
+
+def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:
+    """(record type, record) for every record of an offline wandb run file."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    store = datastore.DataStore()
+    store.open_for_scan(str(run_file))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        yield record.WhichOneof("record_type"), record
 
 
 @pytest.fixture(scope="session")

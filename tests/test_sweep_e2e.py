@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_bounded
+from conftest import run_bounded, wandb_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TIMEOUT_S = 1500
@@ -27,17 +27,9 @@ pytestmark = pytest.mark.slow
 
 def _wandb_run_record(run_dir: Path) -> tuple[str, dict]:
     """The group and config an offline wandb run recorded."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    store = datastore.DataStore()
-    store.open_for_scan(str(run_file))
     group, config = "", {}
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in wandb_records(run_file):
         if kind == "run":
             group = group or record.run.run_group
             items = record.run.config.update

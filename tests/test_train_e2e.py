@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_bounded
+from conftest import run_bounded, wandb_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
@@ -152,17 +152,10 @@ def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> 
 
 def _records(run_file: Path) -> tuple[list[dict], set[str]]:
     """An offline wandb run's logged steps, and the record types in its log."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
-    store = datastore.DataStore()
-    store.open_for_scan(str(run_file))
     rows, kinds = [], set()
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kinds.add(record.WhichOneof("record_type"))
-        if record.WhichOneof("record_type") == "history":
+    for kind, record in wandb_records(run_file):
+        kinds.add(kind)
+        if kind == "history":
             items = record.history.item
             rows.append(
                 {
