@@ -123,6 +123,14 @@ def build_parser(task: str, description: str) -> argparse.ArgumentParser:
         epilog="commands (default reward): " + ", ".join(COMMANDS) + "; see COMMAND --help",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sampling = argparse.ArgumentParser(add_help=False)  # the sampling commands' own options
+    sampling.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature; use training's rollout temperature (1.0)",
+    )
+    sampling.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1.0)")
 
     commands.add_parser(
         "reward",
@@ -130,7 +138,9 @@ def build_parser(task: str, description: str) -> argparse.ArgumentParser:
         help="greedy decoding: mean score, pass@1, format rate, mean response length",
     )
 
-    passk = commands.add_parser("passk", parents=[common], help="unbiased pass@k from n samples")
+    passk = commands.add_parser(
+        "passk", parents=[common, sampling], help="unbiased pass@k from n samples"
+    )
     passk.add_argument("--n", type=_positive_int, default=16, help="samples per prompt (16)")
     passk.add_argument(
         "--k",
@@ -138,11 +148,11 @@ def build_parser(task: str, description: str) -> argparse.ArgumentParser:
         default=None,
         help="k values, each <= n (default: 1,4,8,16 up to n, and n)",
     )
-    passk.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (1.0)")
-    passk.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1.0)")
 
     analyse = commands.add_parser(
-        "analyse", parents=[common], help="signal probe: per-prompt variance and entropy, verdict"
+        "analyse",
+        parents=[common, sampling],
+        help="signal probe: per-prompt variance and entropy, verdict",
     )
     analyse.add_argument(
         "--rollout_n",
@@ -150,13 +160,6 @@ def build_parser(task: str, description: str) -> argparse.ArgumentParser:
         default=16,
         help="samples per prompt, like GRPO's rollout.n (16)",
     )
-    analyse.add_argument(
-        "--temperature",
-        type=float,
-        default=1.0,
-        help="sampling temperature; use training's rollout temperature (1.0)",
-    )
-    analyse.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1.0)")
 
     for name, text in (
         ("stats", "list the high-value prompts of an analyse run"),

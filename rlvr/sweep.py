@@ -271,12 +271,13 @@ def _stop_group(proc: subprocess.Popen) -> None:
 def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
     """Create the folder or check that it holds this same sweep (so finished points count)."""
     record = sweep_dir / "sweep.json"
+    wanted = spec.to_json()
     if record.exists():
         previous = json.loads(record.read_text())
         mismatched = [
             key
             for key in ("experiment", "grid_keys", "overrides", "keep_checkpoints")
-            if previous.get(key) != spec.to_json()[key]
+            if previous.get(key) != wanted[key]
         ]
         if mismatched:
             raise SweepError(
@@ -287,10 +288,10 @@ def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
         grid = previous["grid"]
         for axis in spec.grid:
             grid[axis.name] = grid[axis.name] + [v for v in axis.values if v not in grid[axis.name]]
-        write_json_atomic(record, {**spec.to_json(), "grid": grid})
+        write_json_atomic(record, {**wanted, "grid": grid})
     else:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(record, spec.to_json())
+        write_json_atomic(record, wanted)
 
 
 def run_sweep(
@@ -324,28 +325,19 @@ def run_sweep(
         }
         echo(f"{label}: running (log: {run_dir / 'output.log'})")
         started = time.monotonic()
+        interrupted = False
         try:
             returncode = _run_once(command, run_env, run_dir / "output.log", timeout_s)
-            if returncode is None and ray_address is not None:
-                _stop_ray_job(command, ray_address, run_dir / "output.log")
         except KeyboardInterrupt:
-            if ray_address is not None:
-                _stop_ray_job(command, ray_address, run_dir / "output.log")
-            interrupted = RunStatus(
-                name=point.name,
-                values=point.values,
-                state="failed",
-                returncode=None,
-                reason="interrupted",
-                seconds=round(time.monotonic() - started, 1),
-                command=command,
-            )
-            write_json_atomic(run_dir / "status.json", asdict(interrupted))
-            raise
+            interrupted, returncode = True, None
+        if returncode is None and ray_address is not None:  # timed out or interrupted
+            _stop_ray_job(command, ray_address, run_dir / "output.log")
         seconds = round(time.monotonic() - started, 1)
         output = (run_dir / "output.log").read_text(errors="replace")
         history = parse_console_log(output)
-        if returncode == 0 and not history:
+        if interrupted:
+            reason = "interrupted"
+        elif returncode == 0 and not history:
             returncode, reason = 1, "exit 0 but no training step in the log"
         else:
             reason = "" if returncode == 0 else failure_reason(returncode, output[-20000:])
@@ -359,6 +351,8 @@ def run_sweep(
             command=command,
         )
         write_json_atomic(run_dir / "status.json", asdict(status))
+        if interrupted:
+            raise KeyboardInterrupt
         statuses.append(status)
         if status.state == "finished":
             summary = summarise_history(history)
@@ -434,35 +428,37 @@ def summarise_history(
     peak (peaks under ``min_peak`` are noise, not a peak to fall from).
     """
     rewards = [(step, m[REWARD_KEY]) for step, m in history.items() if REWARD_KEY in m]
-    for step, metrics in history.items():
-        bad = [key for key in HEALTH_KEYS if key in metrics and not math.isfinite(metrics[key])]
-        if bad:
-            finite = [r for _, r in rewards if math.isfinite(r)]
-            return RunSummary(
-                steps=len(rewards),
-                final_reward=None,
-                peak_reward=max(finite) if finite else None,
-                best_val=_best_val(history),
-                initial_val=_initial_val(history),
-                collapsed=True,
-                collapse_reason=f"{bad[0]} is {metrics[bad[0]]} at step {step}",
-                rewards=rewards,
-            )
     values = [r for _, r in rewards]
-    window = max(1, min(last_k, len(values)))
-    final = sum(values[-window:]) / window if values else None
-    # Collapse compares short moving averages (a third of the run at most), so a spike and
-    # fall inside the last K steps of a short run still shows.
-    short = max(1, min(last_k, len(values) // 3))
-    moving = [sum(values[i - short : i]) / short for i in range(short, len(values) + 1)]
-    peak = max(moving) if moving else None
-    end = moving[-1] if moving else None
-    collapsed = (
-        end is not None
-        and peak is not None
-        and peak >= min_peak
-        and end < (1.0 - collapse_drop) * peak
+    non_finite = next(
+        (
+            (step, key, metrics[key])
+            for step, metrics in history.items()
+            for key in HEALTH_KEYS
+            if key in metrics and not math.isfinite(metrics[key])
+        ),
+        None,
     )
+    if non_finite is not None:
+        finite = [r for r in values if math.isfinite(r)]
+        final, peak, collapsed = None, (max(finite) if finite else None), True
+        step, key, value = non_finite
+        reason = f"{key} is {value} at step {step}"
+    else:
+        window = max(1, min(last_k, len(values)))
+        final = sum(values[-window:]) / window if values else None
+        # Collapse compares short moving averages (a third of the run at most), so a spike
+        # and fall inside the last K steps of a short run still shows.
+        short = max(1, min(last_k, len(values) // 3))
+        moving = [sum(values[i - short : i]) / short for i in range(short, len(values) + 1)]
+        peak = max(moving) if moving else None
+        end = moving[-1] if moving else None
+        collapsed = (
+            end is not None
+            and peak is not None
+            and peak >= min_peak
+            and end < (1.0 - collapse_drop) * peak
+        )
+        reason = f"reward fell from {peak:.3f} to {end:.3f}" if collapsed else ""
     return RunSummary(
         steps=len(rewards),
         final_reward=final,
@@ -470,7 +466,7 @@ def summarise_history(
         best_val=_best_val(history),
         initial_val=_initial_val(history),
         collapsed=collapsed,
-        collapse_reason=f"reward fell from {peak:.3f} to {end:.3f}" if collapsed else "",
+        collapse_reason=reason,
         rewards=rewards,
     )
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.sweep import REWARD_KEY, SweepError, SweepRow
+from rlvr.sweep import REWARD_KEY, SweepError, SweepRow, write_tables
 
 
 def default_x_axis(axes: Sequence[str]) -> str:
@@ -167,8 +167,6 @@ def write_report(
     sweep_dir: Path, record: dict, rows: Sequence[SweepRow], x_axis: str | None = None
 ) -> list[Path]:
     """Tables and both figures under the sweep folder; returns the paths written."""
-    from rlvr.sweep import write_tables
-
     written = write_tables(sweep_dir, record, rows)
     axes = list(rows[0].values) if rows else []
     x_axis = x_axis or default_x_axis(axes)
