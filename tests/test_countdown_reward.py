@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rewards import countdown
@@ -332,12 +332,17 @@ def expressions(draw: st.DrawFn) -> tuple[str, Fraction | None, list[int]]:
 
 @settings(max_examples=400, deadline=None)
 @given(expressions(), st.integers(-50, 500), st.booleans())
+# Found by this test in CI: a correct expression whose value (and so target) is past the
+# ground-truth bound, which the reward reports as bad data instead of grading.
+@example(("(((((19*67)+0)*78)*96)*105)", Fraction(1000883520), [19, 67, 0, 78, 96, 105]), 0, True)
 def test_score_is_one_exactly_when_value_equals_target(case, target: int, use_value: bool) -> None:
     expr, value, numbers = case
     if use_value and value is not None and value.denominator == 1:
         target = int(value)
     result = compute_score("x", answer(expr), {"target": target, "numbers": numbers})
-    if value is None:  # division by zero somewhere
+    if abs(target) >= countdown.MAX_MAGNITUDE:  # not a Countdown task: flagged, never graded
+        assert result["score"] == 0.0 and result["bad_ground_truth"] == 1.0
+    elif value is None:  # division by zero somewhere
         assert result["score"] == FMT and result["valid"] == 0.0
     elif value == target:
         assert result["score"] == 1.0
