@@ -28,7 +28,9 @@ def test_composes_and_passes_verl_validation(experiment: str, tmp_path: Path) ->
     assert config.trainer.n_gpus_per_node * config.trainer.nnodes == DECLARED_GPUS[experiment]
     validate(config)
     assert config.algorithm.adv_estimator == "grpo"
-    assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
+    # LoRA writes no PEFT-keyed hf_model; the launcher merges the adapter instead
+    lora = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
+    assert ("hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents) != lora
     # every path hangs off the one root, so a Ray worker's cwd never matters
     for path in (
         config.data.train_files,
@@ -58,7 +60,11 @@ def test_seed_settings() -> None:
 
 
 def test_verl_checks_catch_a_bad_gpu_count() -> None:
-    config = compose("countdown_qwen3_4b", ["trainer.n_gpus_per_node=7"])
+    # (with dynamic batching verl checks less: the rehearsal runs the real world size instead)
+    config = compose(
+        "countdown_qwen3_4b",
+        ["trainer.n_gpus_per_node=7", "actor_rollout_ref.actor.use_dynamic_bsz=false"],
+    )
     with pytest.raises((AssertionError, ValueError)):
         validate(config)
 
@@ -79,5 +85,44 @@ def test_overlay_groups_do_not_shadow_verl_groups() -> None:
 
     verl_groups = {p.name for p in Path(verl_config.__file__).parent.iterdir() if p.is_dir()}
     ours = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
-    assert ours == {"task", "base_model", "hardware", "adapter"}
+    assert ours == {"task", "base_model", "hardware", "adapter", "rehearsal"}
     assert not ours & verl_groups
+
+
+@pytest.mark.parametrize("experiment", [e for e in sorted(DECLARED_GPUS) if e != "countdown_cpu"])
+def test_gpu_experiments_are_finite_and_disk_bounded(experiment: str) -> None:
+    """a3b0be1: no step count (hub data -> ~7,600 steps) and every checkpoint kept."""
+    config = compose(experiment)
+    trainer = config.trainer
+    assert trainer.total_training_steps or trainer.total_epochs == 1
+    assert 0 < trainer.max_actor_ckpt_to_keep <= 2
+    assert trainer.save_freq >= 25
+
+
+def test_gpu_experiments_follow_verls_tuned_settings() -> None:
+    for experiment in ("countdown_qwen3_4b", "countdown_qwen3_4b_lora", "gsm8k_qwen2_5_3b"):
+        config = compose(experiment).actor_rollout_ref
+        assert config.actor.use_dynamic_bsz and config.actor.ppo_max_token_len_per_gpu >= 16384
+        assert config.rollout.tensor_model_parallel_size == 1
+        assert config.actor.strategy == config.ref.strategy == "fsdp2"
+    two_nodes = compose("countdown_qwen3_4b_2nodes").actor_rollout_ref
+    assert two_nodes.actor.fsdp_config.fsdp_size == 8  # shard within a node, replicate across
+    assert two_nodes.ref.fsdp_config.fsdp_size == 8
+
+
+def test_rehearsal_overlay_keeps_the_world_size_and_batches() -> None:
+    real = compose("countdown_qwen3_4b")
+    rehearsed = compose("countdown_qwen3_4b", ["+rehearsal=cpu"])
+    for key in (
+        "trainer.n_gpus_per_node",
+        "trainer.nnodes",
+        "data.train_batch_size",
+        "actor_rollout_ref.rollout.n",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.actor.use_dynamic_bsz",
+        "actor_rollout_ref.actor.strategy",
+        "actor_rollout_ref.actor.checkpoint.save_contents",
+    ):
+        assert OmegaConf.select(rehearsed, key) == OmegaConf.select(real, key), key
+    assert rehearsed.actor_rollout_ref.rollout.name == "hf"
+    assert rehearsed.ray_kwargs.ray_init.runtime_env.env_vars.RLVR_CPU_COMPAT == "1"
