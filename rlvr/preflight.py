@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlvr.checkpoint_budget import estimate, human
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PREP_COMMANDS = {
     "countdown": "uv run scripts/data_prep_countdown.py",
@@ -67,7 +69,28 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
             raise TypeError(f"{reward.name} returned {result!r}, not a dict with 'score'")
     except Exception as exc:
         problems.append(f"custom_reward_function: {reward.path}: {type(exc).__name__}: {exc}")
+    problems.extend(_checkpoint_problems(config))
     return problems
+
+
+def _checkpoint_problems(config: Any) -> list[str]:
+    """Print the checkpoint disk budget; a problem when it cannot fit (a full disk mid-run
+    kills the job at a save, after hours of training)."""
+    budget = estimate(config)
+    print(f"pre-flight: {budget.line()}")
+    for warning in budget.warnings:
+        print(f"pre-flight: warning: {warning}", file=sys.stderr)
+    needed = budget.needed
+    if needed is None or needed <= budget.free_bytes:
+        return []
+    keep = config.trainer.get("max_actor_ckpt_to_keep")
+    keep = "unset: every checkpoint is kept" if keep is None else keep
+    return [
+        f"trainer.default_local_dir: {budget.kept} checkpoint(s) need {human(needed)} but "
+        f"{budget.directory} has {human(budget.free_bytes)} free; free space there, lower "
+        f"trainer.max_actor_ckpt_to_keep (now {keep}), or point "
+        "paths.checkpoints=/a/bigger/disk"
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,3 +81,66 @@ def test_launcher_stops_before_ray_on_problems(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "pre-flight: data.train_files: /nonexistent/train.parquet does not exist" in done.stderr
     assert "ray init" not in done.stdout
+
+
+class _Statvfs:
+    """What os.statvfs returns, for a filesystem with ``free`` bytes available."""
+
+    def __init__(self, free: int) -> None:
+        self.f_bavail, self.f_frsize = free, 1
+
+
+def _fake_disk(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
+    monkeypatch.setattr("rlvr.checkpoint_budget.os.statvfs", lambda _path: _Statvfs(free))
+
+
+# countdown_cpu (8 train rows, batch 2) saving every step of 4 with 2 kept, and a declared
+# Qwen3-4B-sized model (the placeholder model folder has no weights).
+QWEN_SIZED = [
+    "trainer.total_training_steps=4",
+    "trainer.save_freq=1",
+    "trainer.max_actor_ckpt_to_keep=2",
+    "+model_facts.parameters=4022468096",
+]
+
+
+def test_checkpoint_budget_line(
+    ready_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_disk(monkeypatch, 900 * 10**9)
+    assert check(compose("countdown_cpu", QWEN_SIZED, root=ready_root)) == []
+    directory = ready_root.resolve() / "artifacts/checkpoints/countdown_cpu"
+    assert (
+        f"pre-flight: checkpoints: 2 kept x 64.4 GB = 128.7 GB under {directory} (free 900.0 GB)\n"
+        in capsys.readouterr().out
+    )
+
+
+def test_checkpoints_that_do_not_fit_stop_the_launch(
+    ready_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_disk(monkeypatch, 100 * 10**9)
+    problems = check(compose("countdown_cpu", QWEN_SIZED, root=ready_root))
+    assert len(problems) == 1
+    assert "2 checkpoint(s) need 128.7 GB" in problems[0] and "100.0 GB free" in problems[0]
+    assert "trainer.max_actor_ckpt_to_keep (now 2)" in problems[0]
+    assert "paths.checkpoints=" in problems[0]
+    # One kept checkpoint fits the same disk.
+    one = [*QWEN_SIZED, "trainer.max_actor_ckpt_to_keep=1"]
+    assert check(compose("countdown_cpu", one, root=ready_root)) == []
+
+
+def test_a_huge_model_overflows_the_real_filesystem(ready_root: Path) -> None:
+    huge = compose("countdown_cpu", ["+model_facts.parameters=1e15"], root=ready_root)
+    assert any("checkpoint(s) need" in p for p in check(huge))
+    small = compose("countdown_cpu", ["+model_facts.parameters=1000"], root=ready_root)
+    assert check(small) == []
+
+
+def test_unknown_parameter_count_only_warns(
+    ready_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert check(compose("countdown_cpu", root=ready_root)) == []
+    captured = capsys.readouterr()
+    assert "checkpoints: 1 kept x ? B = ?" in captured.out
+    assert "pre-flight: warning: parameter count unknown" in captured.err

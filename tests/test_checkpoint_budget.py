@@ -1,0 +1,152 @@
+"""Checkpoint disk budget: verl's step, save and rotation rules, and bytes per checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlvr.checkpoint_budget import (
+    checkpoints_saved,
+    estimate,
+    max_kept,
+    safetensors_size,
+    training_steps,
+)
+from rlvr.config import compose, experiments
+
+QWEN3_4B = 4022468096  # configs/base_model/qwen3_4b_instruct.yaml model_facts
+QWEN3_4B_LORA_PER_RANK = 2064384
+# What the GPU experiments set; given explicitly so the arithmetic does not move with them.
+SCHEDULE = [
+    "trainer.total_training_steps=100",
+    "trainer.save_freq=25",
+    "trainer.max_actor_ckpt_to_keep=2",
+]
+
+
+def write_rows(path: Path, rows: int) -> Path:
+    """A Parquet with ``rows`` rows: only its metadata's row count is read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"i": list(range(rows))}), path)
+    return path
+
+
+def test_full_fine_tuning_bytes(tmp_path: Path) -> None:
+    budget = estimate(compose("countdown_qwen3_4b", SCHEDULE, root=tmp_path))
+    assert (budget.steps, budget.saved, budget.kept) == (100, 4, 2)  # saves at 25, 50, 75, 100
+    # fp32 model shards 4 + AdamW moments 8 + fp32 hf_model 4 = 16 bytes per parameter.
+    assert budget.per_checkpoint == 16 * QWEN3_4B == 64_359_489_536
+    assert budget.merged == 0
+    assert budget.needed == 128_718_979_072
+    assert budget.directory == tmp_path.resolve() / "artifacts/checkpoints/countdown_qwen3_4b"
+
+
+@pytest.mark.parametrize(
+    ("contents", "per_checkpoint"),
+    [
+        # shards 4*(P + 32L) + AdamW on the adapters 8*32L + lora_adapter 4*32L
+        # = 4*4_022_468_096 + 16*66_060_288
+        ("[model,optimizer,extra]", 17_146_836_992),
+        # plus hf_model 4*(P + 32L) = 16_354_113_536
+        ("[model,optimizer,extra,hf_model]", 33_500_950_528),
+    ],
+)
+def test_lora_bytes(tmp_path: Path, contents: str, per_checkpoint: int) -> None:
+    overrides = [*SCHEDULE, f"actor_rollout_ref.actor.checkpoint.save_contents={contents}"]
+    budget = estimate(compose("countdown_qwen3_4b_lora", overrides, root=tmp_path))
+    assert budget.kept == 2
+    assert budget.per_checkpoint == per_checkpoint
+    # rlvr.lora_merge gives each kept checkpoint a bf16 merged model.
+    assert budget.merged == 2 * QWEN3_4B == 8_044_936_192
+    assert budget.needed == 2 * (per_checkpoint + 8_044_936_192)
+
+
+def test_steps_from_epochs_drop_the_last_partial_batch(tmp_path: Path) -> None:
+    train = write_rows(tmp_path / "train.parquet", 103)
+
+    def steps(*overrides: str) -> tuple[int | None, bool]:
+        base = [
+            f"data.train_files={train}",
+            "data.train_batch_size=32",
+            "trainer.total_epochs=2",
+            "trainer.total_training_steps=null",
+        ]
+        return training_steps(compose("gsm8k_qwen2_5_3b", base + list(overrides)))
+
+    assert steps() == (6, True)  # 103 // 32 = 3 batches x 2 epochs
+    assert steps("data.train_max_samples=64") == (4, True)
+    assert steps("trainer.total_training_steps=5") == (5, True)
+    # More steps than the epochs hold: fit stops at 6 without ever reaching its last step.
+    assert steps("trainer.total_training_steps=100") == (6, False)
+    budget = estimate(
+        compose("gsm8k_qwen2_5_3b", [f"data.train_files={train}", "trainer.save_freq=2"])
+    )
+    assert (budget.steps, budget.saved) == (3, 2)  # one epoch of 3 batches: steps 2 and 3
+
+
+def test_saves_follow_fit() -> None:
+    assert checkpoints_saved(100, 25, True) == 4
+    assert checkpoints_saved(10, 4, True) == 3  # 4, 8 and the last step, 10
+    assert checkpoints_saved(10, 4, False) == 2
+    assert checkpoints_saved(10, 0, True) == 0
+    assert checkpoints_saved(10, -1, True) == 0
+
+
+def test_rotation_limit_as_verl_reads_it(tmp_path: Path) -> None:
+    def kept(*overrides: str) -> int | None:
+        return max_kept(compose("countdown_cpu", list(overrides), root=tmp_path))
+
+    assert kept("trainer.max_actor_ckpt_to_keep=null") is None
+    assert kept("trainer.max_actor_ckpt_to_keep=0") is None  # verl: <= 0 keeps all
+    assert kept("trainer.max_actor_ckpt_to_keep=3") == 3
+    assert kept("+trainer.remove_previous_ckpt_in_save=true") == 1
+    # Without a step count the limit still bounds the checkpoints on disk; without both, unknown.
+    unbounded = ["trainer.total_training_steps=null", "trainer.max_actor_ckpt_to_keep=null"]
+    budget = estimate(compose("countdown_cpu", unbounded, root=tmp_path))
+    assert budget.kept is None and budget.needed is None
+    assert any("checkpoint count unknown" in w for w in budget.warnings)
+
+
+def test_safetensors_headers_count_the_real_model(tiny_model_dir: Path) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    size = safetensors_size(tiny_model_dir)
+    assert size is not None
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+    assert size.parameters == sum(p.numel() for p in model.parameters())  # tied: counted once
+    lora = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert size.lora_params_per_rank is not None
+    assert 8 * size.lora_params_per_rank == trainable
+
+
+def test_local_model_wins_over_declared_facts(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config = compose(
+        "countdown_cpu",
+        [f"actor_rollout_ref.model.path={tiny_model_dir}", "+model_facts.parameters=1"],
+        root=tmp_path,
+    )
+    size = safetensors_size(tiny_model_dir)
+    assert size is not None
+    # countdown_cpu: fp32, hf_model saved, one checkpoint (step 2 of 2).
+    assert estimate(config).per_checkpoint == 16 * size.parameters
+
+
+def test_gpu_experiments_have_a_bounded_budget(tmp_path: Path) -> None:
+    """Finite steps with data present, and a kept count bounded by the config alone."""
+    gpu = [e for e in experiments() if int(compose(e, root=tmp_path).trainer.n_gpus_per_node) > 1]
+    assert gpu
+    for experiment in gpu:
+        without_data = estimate(compose(experiment, root=tmp_path))
+        assert without_data.kept is not None, f"{experiment}: kept checkpoints grow with the data"
+        config = compose(experiment, root=tmp_path)
+        write_rows(Path(str(config.data.train_files)), 7473)  # GSM8K's train size
+        budget = estimate(config)
+        assert budget.steps is not None, experiment
+        assert budget.kept is not None and budget.kept <= without_data.kept, experiment
+        assert budget.needed is not None, f"{experiment}: parameter count unknown"
