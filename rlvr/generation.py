@@ -13,11 +13,13 @@ HF backend therefore runs its own KV-cached decoding loop rather than ``generate
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlvr.lora_merge import ADAPTER_DIR, MergeError, weight_state
 from rlvr.preflight import HUB_ID
 
 
@@ -51,9 +53,12 @@ class ModelSource:
     kind: str  # "folder" | "lora" | "hub"
     path: str
     base: str | None = None  # the base model of a LoRA adapter
+    tokenizer: str | None = None  # where the tokenizer is, when not next to the weights
 
     @property
     def tokenizer_path(self) -> str:
+        if self.tokenizer is not None:
+            return self.tokenizer
         has_tokenizer = self.kind == "lora" and any(
             (Path(self.path) / name).exists()
             for name in ("tokenizer.json", "tokenizer_config.json")
@@ -67,20 +72,29 @@ def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource
     if path.exists():
         if not path.is_dir():
             raise EvalError(f"--model_path {model_path}: is a file; pass the model's folder")
-        adapter_config = path / "adapter_config.json"
-        if adapter_config.is_file():
-            try:
-                base = (
-                    base_model or json.loads(adapter_config.read_text())["base_model_name_or_path"]
-                )
-            except (json.JSONDecodeError, KeyError) as exc:
-                raise EvalError(
-                    f"{adapter_config}: unreadable or without base_model_name_or_path; pass "
-                    "--base_model"
-                ) from exc
-            resolve_model(base)  # the base must itself be loadable
-            return ModelSource("lora", str(path), base=base)
+        if (path / "adapter_config.json").is_file():
+            return _lora_source(path, base_model)
         if (path / "config.json").is_file():
+            try:
+                weights = weight_state(path)
+            except MergeError as exc:
+                raise EvalError(f"--model_path {model_path}: {exc}") from exc
+            adapter = path.parent / ADAPTER_DIR
+            if weights == "peft":  # verl 0.6.1's hf_model of a LoRA run: random layers on load
+                raise EvalError(
+                    f"--model_path {model_path}: PEFT-keyed LoRA weights (verl's hf_model save of "
+                    "a LoRA run), which load as random layers; merge the adapter first: uv run "
+                    f"scripts/merge_lora.py {path.parent}"
+                )
+            if weights == "empty" and (adapter / "adapter_config.json").is_file():
+                # A LoRA checkpoint not merged yet: verl wrote config + tokenizer only here.
+                source = _lora_source(adapter, base_model, tokenizer=str(path))
+                print(
+                    f"--model_path {model_path}: no weights; loading the LoRA adapter {adapter} "
+                    f"on its base {source.base}",
+                    file=sys.stderr,
+                )
+                return source
             return ModelSource("folder", str(path))
         raise EvalError(
             f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
@@ -89,6 +103,27 @@ def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource
     if HUB_ID.match(model_path) and not model_path.startswith((".", "~")):
         return ModelSource("hub", model_path)
     raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
+
+
+def _lora_source(
+    adapter: Path, base_model: str | None, tokenizer: str | None = None
+) -> ModelSource:
+    adapter_config = adapter / "adapter_config.json"
+    try:
+        base = base_model or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    if not base:
+        raise EvalError(
+            f"{adapter_config}: unreadable or without base_model_name_or_path; pass --base_model"
+        )
+    try:
+        resolve_model(base)  # the base must itself be loadable
+    except EvalError as exc:
+        raise EvalError(
+            f"base model of the LoRA adapter {adapter}: {exc}; or pass --base_model"
+        ) from exc
+    return ModelSource("lora", str(adapter), base=base, tokenizer=tokenizer)
 
 
 def load_tokenizer(source: ModelSource) -> Any:
