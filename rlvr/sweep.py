@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,9 @@ from typing import Any
 from rlvr.files import write_json_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
+# The project's own Ray CLI, not whatever `ray` PATH finds first: its version must match the
+# cluster's (the head runs this project's environment too).
+RAY_CLI = str(Path(sys.executable).parent / "ray")
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 
 # Short grid names for the two axes the TuFT guide sweeps; any full Hydra key works too.
@@ -173,7 +177,7 @@ def launch_command(
         return command
     env_vars = {"RLVR_LOG_DIR": str(run_dir), "WANDB_RUN_GROUP": spec.name}
     return [
-        "ray",
+        RAY_CLI,
         "job",
         "submit",
         f"--address={ray_address}",
@@ -248,7 +252,7 @@ def _stop_ray_job(command: list[str], ray_address: str, log_path: Path) -> None:
     submission = next(a.split("=", 1)[1] for a in command if a.startswith("--submission-id="))
     with log_path.open("a") as log:
         subprocess.run(
-            ["ray", "job", "stop", f"--address={ray_address}", submission],
+            [RAY_CLI, "job", "stop", f"--address={ray_address}", submission],
             stdout=log,
             stderr=subprocess.STDOUT,
             timeout=120,

@@ -2,17 +2,22 @@
 # Run one experiment from configs/ with verl's unmodified trainer.
 # Usage: bash scripts/launch_grpo.sh EXPERIMENT [hydra overrides...]
 #   e.g. bash scripts/launch_grpo.sh countdown_qwen3_4b trainer.total_training_steps=50
-# Pre-flight checks run first; the log is teed to artifacts/logs/ (or $RLVR_LOG_DIR); wandb is
-# online only when a key is configured. The Ray instance verl starts lives and ends with this
-# process (verl's ray.init starts a local one unless RAY_ADDRESS names a cluster).
+# Pre-flight checks run first; the log is teed to artifacts/logs/ (or $RLVR_LOG_DIR), where wandb
+# also keeps its run files; wandb is online only when a key is configured. Without RAY_ADDRESS
+# verl starts a local Ray that lives and ends with this process; with RAY_ADDRESS=auto it joins
+# the cluster of scripts/ray_cluster.sh. After training, LoRA checkpoints get a merged, loadable
+# actor/huggingface.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXPERIMENT="${1:?usage: launch_grpo.sh EXPERIMENT [hydra overrides...]}"
 shift
 cd "$ROOT"
-PY=(uv run --no-sync python)
+# The project's interpreter, run directly: a driver started by `uv run` makes Ray 2.52 record
+# this node's uv command as every worker's executable, which other nodes may not have.
+PYTHON="$(uv run --no-sync python -c 'import sys; print(sys.executable)')"
+export RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 
-"${PY[@]}" -m rlvr.preflight "$EXPERIMENT" "$@"
+"$PYTHON" -m rlvr.preflight "$EXPERIMENT" "$@"
 
 if [[ -n "${WANDB_API_KEY:-}" ]] || grep -qs "api.wandb.ai" "$HOME/.netrc"; then
     echo "wandb: online (a key is configured)"
@@ -21,11 +26,32 @@ else
     echo "wandb: offline mode (no key configured); sync later with: wandb sync artifacts/logs/wandb/offline-run-*"
 fi
 LOG_DIR="${RLVR_LOG_DIR:-$ROOT/artifacts/logs}"
-export WANDB_DIR="$LOG_DIR"
 mkdir -p "$LOG_DIR"
-LOG="$LOG_DIR/${EXPERIMENT}_$(date +%Y%m%d_%H%M%S).log"
+LOG_DIR="$(cd "$LOG_DIR" && pwd)"
+STAMP="${EXPERIMENT}_$(date +%Y%m%d_%H%M%S)"
+export WANDB_DIR="$LOG_DIR"
+LOG="$LOG_DIR/$STAMP.log"
 echo "log: $LOG"
 
-"${PY[@]}" -m verl.trainer.main_ppo \
+# Ray workers do not inherit this shell's environment when Ray runs as a cluster: the variables
+# that shape a run travel in the job's runtime env. (WANDB_API_KEY does not: verl prints the
+# runtime env; on a cluster run `wandb login` on each node instead.)
+FORWARD=()
+for name in WANDB_MODE WANDB_DIR WANDB_ENTITY WANDB_RUN_GROUP \
+    HF_HOME HF_HUB_OFFLINE HF_ENDPOINT NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME NCCL_IB_HCA \
+    RLVR_TRACE_DIR; do
+    if [[ -n "${!name:-}" ]]; then
+        value="${!name//\\/\\\\}"
+        FORWARD+=("++ray_kwargs.ray_init.runtime_env.env_vars.$name='${value//\'/\\\'}'")
+    fi
+done
+
+status=0
+"$PYTHON" -m verl.trainer.main_ppo \
     --config-path="$ROOT/configs" --config-name="$EXPERIMENT" \
-    paths.root="$ROOT" "$@" 2>&1 | tee "$LOG"
+    paths.root="$ROOT" "${FORWARD[@]}" "$@" 2>&1 | tee "$LOG" || status=$?
+
+# LoRA checkpoints hold adapters only; give each one a merged actor/huggingface (a no-op for
+# full fine-tuning), also after a failed run, whose saved checkpoints are still good.
+"$PYTHON" -m rlvr.lora_merge --experiment "$EXPERIMENT" "$@" || status=$((status ? status : 1))
+exit "$status"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.sweep import (
+    RAY_CLI,
     SweepError,
     SweepSpec,
     failure_reason,
@@ -93,7 +94,8 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     assert "trainer.save_freq=-1" not in point_overrides(spec, point, tmp_path)
 
     job = launch_command(spec, point, tmp_path, ray_address="http://head:8265")
-    assert job[:4] == ["ray", "job", "submit", "--address=http://head:8265"]
+    assert job[:4] == [RAY_CLI, "job", "submit", "--address=http://head:8265"]
+    assert Path(RAY_CLI).is_file() and Path(RAY_CLI).parent == Path(sys.executable).parent
     env_flag = next(a for a in job if a.startswith("--runtime-env-json="))
     runtime_env = json.loads(env_flag.split("=", 1)[1])
     assert runtime_env["env_vars"] == {"RLVR_LOG_DIR": str(tmp_path), "WANDB_RUN_GROUP": "demo"}
@@ -239,7 +241,7 @@ def test_a_timed_out_ray_job_is_stopped_on_the_cluster(
         '[[ "$2" == submit ]] && sleep 60\nexit 0\n'
     )
     fake_ray.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr("rlvr.sweep.RAY_CLI", str(fake_ray))
     spec = SweepSpec("remote", "countdown_cpu", parse_grid(["lr=1e-5"]))
     (status,) = run_sweep(
         spec, tmp_path / "s", ray_address="http://head:8265", timeout_s=1, echo=lambda _: None
