@@ -1,0 +1,314 @@
+"""CPU rehearsal of a GPU experiment at its real world size, through the real launcher.
+
+Usage: python -m rlvr.rehearsal EXPERIMENT [--out DIR] [--gpus_per_node N] [--timeout_s S]
+   (or: bash scripts/rehearse.sh EXPERIMENT)
+
+Runs the experiment's own composed config (batch sizes, group size, mini/micro batches, dynamic
+batching, sharding, checkpoint contents, LoRA, nnodes x n_gpus_per_node) through
+``scripts/launch_grpo.sh``, verl and Ray on CPU, with fake Ray GPUs and gloo. Replaced, and
+nothing else: the model (the tiny random one), the rollout engine (HF generate), dtype (fp32),
+attention (SDPA), lengths (short), steps (2, then 3 on resume), data (generated). A multi-node
+experiment runs as that many Ray nodes on this machine, joined by ``scripts/ray_cluster.sh``.
+Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr import rehearsal_checks as checks
+from rlvr.processes import Finished, reap, run_bounded
+
+ROOT = Path(__file__).resolve().parents[1]
+RESPONSE_LENGTH = 16
+VAL_ROWS = 16
+
+
+@dataclass
+class Plan:
+    """The experiment as composed, and what the rehearsal replaces in it."""
+
+    experiment: str
+    out: Path
+    nnodes: int
+    gpus_per_node: int
+    train_batch: int
+    task: str
+    lora: bool
+    save_contents: list[str]
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+    @property
+    def actor_dir(self) -> Path:
+        return self.out / f"checkpoints/{self.experiment}/global_step_2/actor"
+
+
+def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
+    from rlvr.config import compose, experiments
+
+    if experiment not in experiments():
+        raise SystemExit(f"rehearse: unknown experiment {experiment!r}; one of {experiments()}")
+    config = compose(experiment)
+    if config.actor_rollout_ref.rollout.name == "hf":
+        raise SystemExit(f"rehearse: {experiment} already runs on CPU; use launch_grpo.sh")
+    per_node = gpus_per_node or int(config.trainer.n_gpus_per_node)
+    plan = Plan(
+        experiment=experiment,
+        out=out,
+        nnodes=int(config.trainer.nnodes),
+        gpus_per_node=per_node,
+        train_batch=int(config.data.train_batch_size),
+        task=Path(config.custom_reward_function.path).stem,
+        lora=int(config.actor_rollout_ref.model.get("lora_rank", 0)) > 0,
+        save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
+    )
+    plan.overrides = [
+        "+rehearsal=cpu",
+        f"paths.data={out}/data",
+        f"paths.checkpoints={out}/checkpoints",
+        f"actor_rollout_ref.model.path={out}/models/tiny",
+        f"data.max_response_length={RESPONSE_LENGTH}",
+        "trainer.save_freq=2",
+        "trainer.test_freq=2",
+    ]
+    if per_node != config.trainer.n_gpus_per_node:
+        # Fewer ranks per node than the real node: keep hybrid sharding within a node.
+        plan.overrides += [
+            f"trainer.n_gpus_per_node={per_node}",
+            *(
+                f"actor_rollout_ref.{role}.fsdp_config.fsdp_size={per_node}"
+                for role in ("actor", "ref")
+                if config.actor_rollout_ref[role].fsdp_config.fsdp_size > 0
+            ),
+        ]
+    return plan
+
+
+def prepare_inputs(plan: Plan) -> str:
+    """The tiny model and generated data, enough rows for 3 steps of the real batch size."""
+    from rlvr.tiny_model import build_model
+
+    build_model(plan.out / "models/tiny")
+    rows = plan.train_batch * 3
+    if plan.task == "countdown":
+        from rlvr.countdown import prepare
+
+        prepare("generate", str(plan.out / "data/countdown"), train_size=rows, test_size=VAL_ROWS)
+    else:
+        from rlvr.gsm8k import prepare as prepare_gsm8k
+
+        source = _synthetic_gsm8k(plan.out / "gsm8k_source", rows + VAL_ROWS)
+        prepare_gsm8k(str(source), str(plan.out / "data/gsm8k"), val_size=VAL_ROWS)
+    return f"tiny model, {rows} generated {plan.task} training rows, {VAL_ROWS} for validation"
+
+
+def _synthetic_gsm8k(folder: Path, rows: int) -> Path:
+    """GSM8K-format word problems (question, worked answer ending in '#### N')."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", rows), ("test", VAL_ROWS)):
+        lines = []
+        for i in range(count):
+            a, b = 3 + i % 17, 5 + i % 11
+            question = f"Sam has {a} apples and buys {b} more. How many apples does Sam have?"
+            answer = f"Sam has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"
+            lines.append(json.dumps({"question": question, "answer": answer}))
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@dataclass
+class Cluster:
+    """Ray nodes started for this rehearsal (all on this machine), stopped by marker."""
+
+    address: str | None
+    markers: list[str]
+    summary: str = ""
+
+
+def start_ray(plan: Plan, ray_tmp: str) -> Cluster:
+    """One node: verl's own local Ray (fake GPUs through ray_init). Several: ray_cluster.sh."""
+    if plan.nnodes == 1:
+        plan.overrides += [
+            f"+ray_kwargs.ray_init.num_gpus={plan.gpus_per_node}",
+            f"ray_kwargs.ray_init.num_cpus={2 * plan.gpus_per_node}",
+            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+        ]
+        where = f"verl's local Ray, {plan.gpus_per_node} fake GPUs"
+        return Cluster(None, [ray_tmp], where)
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    where = f"{plan.nnodes} Ray nodes x {plan.gpus_per_node} fake GPUs at {address}"
+    cluster = Cluster(address, [ray_tmp, f":{port}"], where)
+    node = ["--num-gpus", str(plan.gpus_per_node), "--num-cpus", str(2 * plan.gpus_per_node)]
+    node += ["--node-ip-address", "127.0.0.1"]
+    dashboard = f"http://127.0.0.1:{_free_port()}"
+    head = ["--temp-dir", ray_tmp, "--dashboard-port", dashboard.rsplit(":", 1)[1]]
+    head += ["--ray-client-server-port", str(_free_port())]
+    commands = [["head", "--port", str(port), *head, *node]]
+    commands += [["worker", address, *node] for _ in range(plan.nnodes - 1)]
+    for i, command in enumerate(commands):
+        script = ["bash", str(ROOT / "scripts/ray_cluster.sh"), *command]
+        log = plan.out / f"ray_cluster_{i}_{command[0]}.log"
+        done = run_bounded(script, _env(plan), 180, ROOT, log)
+        if done.returncode != 0:
+            raise checks.RehearsalFailure(f"ray_cluster.sh {command[0]}: {done.output[-800:]}")
+    # Sweeps submit jobs to the head's job server: it must answer.
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    jobs = run_bounded([ray_cli, "job", "list", "--address", dashboard], _env(plan), 120, ROOT)
+    if jobs.returncode != 0:
+        raise checks.RehearsalFailure(f"the head's job server at {dashboard} does not answer")
+    cluster.summary += f"; job server at {dashboard}"
+    return cluster
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(plan: Plan, trace: Path | None = None, address: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
+    env |= {"RLVR_LOG_DIR": str(plan.out / "logs"), "WANDB_MODE": "offline"}
+    env |= {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
+    if trace is not None:
+        trace.mkdir(parents=True, exist_ok=True)
+        env["RLVR_TRACE_DIR"] = str(trace)
+    if address is not None:
+        env["RAY_ADDRESS"] = address
+    return env
+
+
+def launch(plan: Plan, cluster: Cluster, steps: int, name: str, timeout_s: float) -> Finished:
+    """``scripts/launch_grpo.sh`` with the experiment plus the rehearsal's replacements."""
+    cmd = [
+        "bash",
+        str(ROOT / "scripts/launch_grpo.sh"),
+        plan.experiment,
+        *plan.overrides,
+        f"trainer.total_training_steps={steps}",
+    ]
+    env = _env(plan, plan.out / f"trace_{name}", cluster.address)
+    done = run_bounded(cmd, env, timeout_s, ROOT, plan.out / f"{name}.log", markers=cluster.markers)
+    if done.returncode != 0:
+        tail = "\n".join(done.output.splitlines()[-25:])
+        raise checks.RehearsalFailure(f"exit {done.returncode} after {done.seconds:.0f} s:\n{tail}")
+    return done
+
+
+class Runner:
+    """Runs named steps in order; the first failure stops the rehearsal and names the step."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+
+    def step(self, name: str, action: Callable[[], Any]) -> Any:
+        start = time.monotonic()
+        print(f"== {name} ...", flush=True)
+        try:
+            result = action()
+        except checks.RehearsalFailure as exc:
+            self.rows.append((name, "FAIL", str(exc).splitlines()[0]))
+            print(f"FAILED at step '{name}': {exc}", file=sys.stderr, flush=True)
+            raise
+        detail = result if isinstance(result, str) else getattr(result, "summary", "")
+        self.rows.append((name, "ok", f"{detail} ({time.monotonic() - start:.0f} s)"))
+        print(f"   ok: {self.rows[-1][2]}", flush=True)
+        return result
+
+
+def rehearse(plan: Plan, timeout_s: float) -> int:
+    python = sys.executable
+    runner = Runner()
+    ray_tmp = tempfile.mkdtemp(prefix="rlvr-reh-", dir="/tmp")  # Ray socket paths stay short
+    cluster = Cluster(None, [ray_tmp])
+    start, peak, machine = time.monotonic(), 0, 0
+    try:
+        runner.step("prepare", lambda: prepare_inputs(plan))
+        cluster = runner.step("ray", lambda: start_ray(plan, ray_tmp))
+        train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
+        peak, machine = train.peak_bytes, train.peak_machine_bytes
+        world, actor = plan.world_size, plan.actor_dir
+        runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
+        runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
+        lora_dir = actor / "lora_adapter" if plan.lora else None
+        runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
+        wandb_dir = plan.out / "logs/wandb"
+        runner.step("wandb", lambda: checks.wandb_run(wandb_dir, set(), [1, 2]))
+        known = set(wandb_dir.glob("offline-run-*/run-*.wandb"))
+        resume = runner.step("resume", lambda: launch(plan, cluster, 3, "resume", timeout_s))
+        peak, machine = max(peak, resume.peak_bytes), max(machine, resume.peak_machine_bytes)
+        runner.step("resumed", lambda: _resumed(plan, known))
+    except checks.RehearsalFailure:
+        pass
+    finally:
+        left = reap(cluster.markers, grace_s=5 if cluster.address else 60)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    ok = all(status == "ok" for _, status, _ in runner.rows) and len(runner.rows) == 9
+    _report(plan, runner, left, time.monotonic() - start, (machine, peak))
+    return 0 if ok and not (left and cluster.address is None) else 1
+
+
+def _resumed(plan: Plan, known: set[Path]) -> str:
+    log = (plan.out / "resume.log").read_text()
+    if "global_step_2" not in log or "Load from checkpoint folder" not in log:
+        raise checks.RehearsalFailure("the relaunch did not load global_step_2")
+    return "from global_step_2; " + checks.wandb_run(plan.out / "logs/wandb", known, [3])
+
+
+def _report(
+    plan: Plan, runner: Runner, left: list[int], seconds: float, peaks: tuple[int, int]
+) -> None:
+    print(f"\nRehearsal of {plan.experiment}: {plan.nnodes} node(s) x {plan.gpus_per_node} ranks")
+    for name, status, detail in runner.rows:
+        print(f"  {status:4}  {name:12} {detail}")
+    ray_line = f"Ray processes left: {len(left)}" + (f" (killed: {left})" if left else "")
+    print(f"  {'ok' if not left else 'FAIL':4}  {'cleanup':12} {ray_line}")
+    machine, summed = (value / 2**30 for value in peaks)
+    print(
+        f"wall {seconds:.0f} s; peak memory: machine +{machine:.1f} GiB in use "
+        f"(summed RSS {summed:.1f} GiB); out: {plan.out}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
+    )
+    parser.add_argument("--out", type=Path, help="work folder (default: artifacts/rehearsal/EXP)")
+    parser.add_argument(
+        "--gpus_per_node", type=int, help="ranks per node (default: the experiment's own)"
+    )
+    parser.add_argument("--timeout_s", type=float, default=1200, help="limit per training launch")
+    args = parser.parse_args(argv)
+    out = (args.out or ROOT / "artifacts/rehearsal" / args.experiment).resolve()
+    if out.exists() and any(out.iterdir()):
+        if not (out / "rehearsal.marker").is_file():
+            parser.error(f"--out {out}: not empty and not a rehearsal folder; pick another")
+        shutil.rmtree(out)  # a previous rehearsal's own folder
+    out.mkdir(parents=True)
+    (out / "rehearsal.marker").write_text(args.experiment + "\n")
+    plan = make_plan(args.experiment, out, args.gpus_per_node)
+    return rehearse(plan, args.timeout_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""What a CPU rehearsal of a GPU experiment must show, one function per claim.
+
+Each check returns a one-line finding and raises ``RehearsalFailure`` with the reason when the
+claim does not hold. They read only files the run wrote: the setup hook's device trace
+(``RLVR_TRACE_DIR``), the checkpoint folder and the offline wandb run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class RehearsalFailure(Exception):
+    """A rehearsal claim that does not hold; the message says which and why."""
+
+
+def _trace_records(trace_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(trace_dir.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            by_pid[record["pid"]].append(record)
+    return by_pid
+
+
+def devices(trace_dir: Path, world_size: int, python: str) -> str:
+    """Every rank: its own CUDA_VISIBLE_DEVICES set before torch was first imported, torch not
+    imported by the setup hook, and the project's interpreter (not a node-specific uv path)."""
+    ranks: dict[str, dict[str, Any]] = {}
+    problems = []
+    for pid, records in _trace_records(trace_dir).items():
+        hook = next((r for r in records if r["event"] == "hook"), None)
+        first_torch = next((r for r in records if r["event"] == "torch_imported"), None)
+        if hook is not None and hook["torch_loaded"]:
+            problems.append(f"pid {pid}: torch was imported before the setup hook ran")
+        if hook is not None and hook["executable"] != python:
+            problems.append(f"pid {pid}: runs {hook['executable']}, not {python}")
+        if first_torch is None or first_torch["rank"] is None:
+            continue  # the TaskRunner and helpers: no rank, no device of their own
+        device = first_torch["cuda_visible_devices"]
+        if not device or "," in device:
+            problems.append(f"rank {first_torch['rank']}: CUDA_VISIBLE_DEVICES={device!r} at torch")
+        ranks[first_torch["rank"]] = first_torch
+    if sorted(ranks, key=int) != [str(r) for r in range(world_size)]:
+        problems.append(f"ranks traced {sorted(ranks, key=int)}, expected 0..{world_size - 1}")
+    per_node: dict[str, list[str]] = defaultdict(list)
+    for record in ranks.values():
+        per_node[record["raylet_pid"]].append(record["cuda_visible_devices"])
+    for node, seen in per_node.items():
+        if len(set(seen)) != len(seen):
+            problems.append(f"node (raylet {node}): ranks share a device: {sorted(seen)}")
+    if problems:
+        raise RehearsalFailure("; ".join(problems[:6]))
+    layout = ", ".join(f"{len(v)} on node {i + 1}" for i, v in enumerate(per_node.values()))
+    return f"{len(ranks)} ranks, each its own CUDA_VISIBLE_DEVICES before torch ({layout})"
+
+
+def shards(actor_dir: Path, world_size: int, contents: list[str]) -> str:
+    """Every rank wrote its model, optimizer and extra-state shard."""
+    kinds = {"model": "model", "optimizer": "optim", "extra": "extra_state"}
+    missing = [
+        f"{prefix}_world_size_{world_size}_rank_{rank}.pt"
+        for key, prefix in kinds.items()
+        if key in contents
+        for rank in range(world_size)
+        if not (actor_dir / f"{prefix}_world_size_{world_size}_rank_{rank}.pt").is_file()
+    ]
+    if missing:
+        raise RehearsalFailure(f"{actor_dir}: missing shards {missing[:4]} ({len(missing)} in all)")
+    return f"{world_size} ranks x {len([k for k in kinds if k in contents])} shard files"
+
+
+def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
+    """``actor/huggingface`` loads with zero missing/unexpected/mismatched keys; for LoRA it equals
+    base + adapter merged by PEFT."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(hf_dir, output_loading_info=True)
+    except (OSError, ValueError) as exc:
+        raise RehearsalFailure(f"{hf_dir}: does not load: {exc}") from exc
+    bad = {key: value for key, value in info.items() if value}
+    if bad:
+        raise RehearsalFailure(f"{hf_dir}: loading reported {bad}")
+    if lora_dir is None:
+        return "loads with 0 missing, 0 unexpected, 0 mismatched keys"
+    from peft import PeftModel
+
+    base_path = json.loads((lora_dir / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ]
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model.dtype)
+    merged = PeftModel.from_pretrained(base, lora_dir).merge_and_unload().state_dict()
+    ours = model.state_dict()
+    if merged.keys() != ours.keys():
+        raise RehearsalFailure(f"{hf_dir}: keys differ from base + adapter")
+    diff = max((merged[k].float() - ours[k].float()).abs().max().item() for k in ours)
+    if diff > 1e-5 or not torch.isfinite(torch.tensor(diff)):
+        raise RehearsalFailure(f"{hf_dir}: differs from base + adapter by {diff:.2e}")
+    return f"loads strictly and equals base + lora_adapter (max |diff| {diff:.1e})"
+
+
+def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:
+    """(record type, record) for every record of an offline wandb run file."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    store = datastore.DataStore()
+    store.open_for_scan(str(run_file))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        yield record.WhichOneof("record_type"), record
+
+
+def wandb_history(run_file: Path) -> tuple[dict[int, dict[str, Any]], set[str]]:
+    """An offline wandb run's rows by ``training/global_step``, and its record types."""
+    rows: dict[int, dict[str, Any]] = defaultdict(dict)
+    kinds = set()
+    for kind, record in wandb_records(run_file):
+        kinds.add(kind)
+        if kind != "history":
+            continue
+        row = {
+            item.key or "/".join(item.nested_key): json.loads(item.value_json)
+            for item in record.history.item
+        }
+        if "training/global_step" in row:
+            rows[int(row["training/global_step"])].update(row)
+    return dict(rows), kinds
+
+
+def wandb_run(wandb_dir: Path, known: set[Path], expected: list[int]) -> str:
+    """Exactly one new offline run, finished (exit record), with training metrics for exactly
+    the expected steps (a resumed launch must not train the earlier ones again)."""
+    runs = set(wandb_dir.glob("offline-run-*/run-*.wandb")) - known
+    if len(runs) != 1:
+        raise RehearsalFailure(f"{len(runs)} new wandb runs under {wandb_dir}, expected 1")
+    (run,) = runs
+    rows, kinds = wandb_history(run)
+    trained = sorted(step for step, row in rows.items() if "actor/entropy" in row)
+    if trained != expected:
+        raise RehearsalFailure(f"{run.parent.name}: trained steps {trained}, expected {expected}")
+    if "exit" not in kinds:
+        raise RehearsalFailure(f"{run.parent.name}: holds the steps but was never finished")
+    scores = [rows[step].get("critic/score/mean") for step in trained]
+    return f"{run.parent.name}: steps {trained} (critic/score/mean {scores}), finished"

@@ -1,0 +1,108 @@
+"""The rehearsal's checks on recorded evidence: each passes on a good record and fails on the
+record a broken run leaves (the negative controls)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rlvr import rehearsal_checks as checks
+
+PYTHON = "/venv/bin/python"
+
+
+def _trace(folder: Path, records: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for record in records:
+        with open(folder / f"{record['pid']}.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    return folder
+
+
+def _rank(pid: int, rank: int | None, device: str | None, raylet: str = "1", **hook) -> list:
+    base = {"pid": pid, "rank": None if rank is None else str(rank), "raylet_pid": raylet}
+    return [
+        base
+        | {"event": "hook", "cuda_visible_devices": None, "torch_loaded": False}
+        | {"executable": PYTHON}
+        | hook,
+        base
+        | {"event": "torch_imported", "cuda_visible_devices": device, "torch_loaded": True}
+        | {"executable": PYTHON},
+    ]
+
+
+def _good(world: int, per_node: int) -> list[dict]:
+    records = _rank(1, None, None)  # the TaskRunner: no rank, no device
+    for rank in range(world):
+        node = str(rank // per_node)
+        records += _rank(100 + rank, rank, str(rank % per_node), raylet=node)
+    return records
+
+
+def test_devices_pass_one_node_and_two(tmp_path: Path) -> None:
+    assert "8 ranks" in checks.devices(_trace(tmp_path / "a", _good(8, 8)), 8, PYTHON)
+    two = checks.devices(_trace(tmp_path / "b", _good(16, 8)), 16, PYTHON)
+    assert "8 on node 1, 8 on node 2" in two
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        # a3b0be1's hook: torch (via verl) imported in the hook, before Ray set the devices
+        (lambda r: r[0].update(torch_loaded=True), "torch was imported before the setup hook"),
+        (lambda r: r[1].update(cuda_visible_devices=None), "CUDA_VISIBLE_DEVICES=None"),
+        (lambda r: r[1].update(cuda_visible_devices="0,1,2"), "CUDA_VISIBLE_DEVICES='0,1,2'"),
+        (lambda r: r[1].update(cuda_visible_devices="5"), "ranks share a device"),
+        (lambda r: r[0].update(executable="/home/x/.local/bin/uv"), "not /venv/bin/python"),
+    ],
+)
+def test_devices_fail_on_a_broken_rank(tmp_path: Path, mutate, expected: str) -> None:
+    records = _good(8, 8)
+    rank_zero = [r for r in records if r["pid"] == 100]
+    mutate(rank_zero)
+    with pytest.raises(checks.RehearsalFailure, match=re.escape(expected)):
+        checks.devices(_trace(tmp_path, records), 8, PYTHON)
+
+
+def test_devices_fail_when_a_rank_is_missing(tmp_path: Path) -> None:
+    records = [r for r in _good(8, 8) if r["pid"] != 107]
+    with pytest.raises(checks.RehearsalFailure, match=re.escape("expected 0..7")):
+        checks.devices(_trace(tmp_path, records), 8, PYTHON)
+
+
+def test_shards(tmp_path: Path) -> None:
+    for rank in range(4):
+        for prefix in ("model", "optim", "extra_state"):
+            (tmp_path / f"{prefix}_world_size_4_rank_{rank}.pt").touch()
+    assert checks.shards(tmp_path, 4, ["model", "optimizer", "extra"]).startswith("4 ranks")
+    (tmp_path / "optim_world_size_4_rank_3.pt").unlink()
+    with pytest.raises(checks.RehearsalFailure, match=re.escape("optim_world_size_4_rank_3.pt")):
+        checks.shards(tmp_path, 4, ["model", "optimizer", "extra"])
+
+
+def test_loads_strictly_rejects_a_peft_keyed_folder(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """What verl 0.6.1 wrote for LoRA: PEFT key names that load as random weights."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig
+
+    assert "0 missing" in checks.loads_strictly(tiny_model_dir, None)
+    bad = tmp_path / "huggingface"
+    bad.mkdir()
+    AutoConfig.from_pretrained(tiny_model_dir).save_pretrained(bad)
+    state = load_file(tiny_model_dir / "model.safetensors")
+    peft_keyed = {
+        f"base_model.model.{k.replace('.weight', '.base_layer.weight')}": v
+        for k, v in state.items()
+    }
+    save_file(peft_keyed, bad / "model.safetensors")
+    with pytest.raises(checks.RehearsalFailure, match="missing_keys"):
+        checks.loads_strictly(bad, None)
+
+
+def test_wandb_run_needs_exactly_one_new_run(tmp_path: Path) -> None:
+    with pytest.raises(checks.RehearsalFailure, match="0 new wandb runs"):
+        checks.wandb_run(tmp_path, set(), [1, 2])

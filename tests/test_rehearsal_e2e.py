@@ -1,0 +1,49 @@
+"""CPU rehearsals of the GPU experiments at their real world size (slow; CI runs them).
+
+Each runs ``scripts/rehearse.sh`` as a user would: the experiment's own config through the real
+launcher, verl and Ray with 8 fake GPUs per node; the 2-node experiment as two Ray nodes on this
+machine. The rehearsal itself checks devices, shards, the loadable checkpoint, wandb, resume and
+Ray clean-up, and exits non-zero naming the failed step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.processes import run_bounded
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+EXPERIMENTS = {
+    # experiment: (extra arguments, seconds allowed)
+    "countdown_qwen3_4b": ([], 1500),
+    "countdown_qwen3_4b_lora": ([], 1500),
+    "countdown_qwen3_4b_2nodes": (["--gpus_per_node", "4"], 2400),
+}
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_rehearsal_passes(experiment: str, tmp_path: Path) -> None:
+    extra, timeout_s = EXPERIMENTS[experiment]
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
+    out = tmp_path / experiment
+    done = run_bounded(
+        ["bash", "scripts/rehearse.sh", experiment, "--out", str(out), *extra],
+        env,
+        timeout_s,
+        ROOT,
+        tmp_path / "rehearsal.log",
+    )
+    sys.stdout.write(done.output[-3000:])  # the report, in the CI log
+    assert done.returncode == 0, done.output[-6000:]
+    report = done.output[done.output.index("Rehearsal of") :]
+    for step in ("devices", "shards", "huggingface", "wandb", "resumed", "cleanup"):
+        assert f"ok    {step}" in report, report
+    if experiment.endswith("_lora"):
+        assert "equals base + lora_adapter" in report
+    assert "Ray processes left: 0" in report
