@@ -33,12 +33,48 @@ def processes_with(markers: Sequence[str]) -> list[psutil.Process]:
     return found
 
 
-def reap(markers: Sequence[str], grace_s: float = 60.0) -> list[int]:
-    """Wait up to ``grace_s`` for the marked processes to exit; kill and return the stragglers."""
+def started_processes(records: Sequence[tuple[int, float]]) -> list[psutil.Process]:
+    """Live processes among ``(pid, seen_at)`` records: the same pid, started before it was seen
+    (a recycled pid is someone else's process)."""
+    alive = []
+    for pid, seen_at in records:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= seen_at + 1:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _ours(markers: Sequence[str], records: Sequence[tuple[int, float]]) -> list[psutil.Process]:
+    found = {p.pid: p for p in processes_with(markers)} if markers else {}
+    found.update({p.pid: p for p in started_processes(records)})
+    return list(found.values())
+
+
+def stop(markers: Sequence[str], grace_s: float = 20.0) -> int:
+    """Stop Ray daemons this run started itself (``ray start``): SIGTERM, then SIGKILL."""
+    procs = processes_with(markers)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    return len(procs)
+
+
+def reap(
+    markers: Sequence[str], grace_s: float = 60.0, records: Sequence[tuple[int, float]] = ()
+) -> list[int]:
+    """Wait up to ``grace_s`` for the marked processes (and the recorded ones, e.g. Ray workers,
+    whose command line Ray rewrites) to exit; kill and return the stragglers."""
     deadline = time.monotonic() + grace_s
-    while processes_with(markers) and time.monotonic() < deadline:
+    while _ours(markers, records) and time.monotonic() < deadline:
         time.sleep(1)
-    leftovers = processes_with(markers)
+    leftovers = _ours(markers, records)
     for proc in leftovers:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import rehearsal_checks as checks
-from rlvr.processes import Finished, reap, run_bounded
+from rlvr.processes import Finished, reap, run_bounded, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONSE_LENGTH = 16
@@ -259,11 +259,21 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
     except checks.RehearsalFailure:
         pass
     finally:
-        left = reap(cluster.markers, grace_s=5 if cluster.address else 60)
+        # Our own cluster is ours to stop; everything else must have exited by itself.
+        stopped = stop(cluster.markers) if cluster.address else 0
+        left = reap(cluster.markers, 60, checks.traced_processes(plan.out))
         shutil.rmtree(ray_tmp, ignore_errors=True)
     ok = all(status == "ok" for _, status, _ in runner.rows) and len(runner.rows) == 9
-    _report(plan, runner, left, time.monotonic() - start, (machine, peak))
-    return 0 if ok and not (left and cluster.address is None) else 1
+    runner.rows.append(_cleanup_row(left, stopped))
+    _report(plan, runner, time.monotonic() - start, (machine, peak))
+    return 0 if ok and not left else 1
+
+
+def _cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
+    detail = f"Ray processes left: {len(left)}" + (f" (killed: {left})" if left else "")
+    if stopped:
+        detail += f"; stopped this rehearsal's cluster ({stopped} daemons)"
+    return ("cleanup", "FAIL" if left else "ok", detail)
 
 
 def _resumed(plan: Plan, known: set[Path]) -> str:
@@ -273,14 +283,10 @@ def _resumed(plan: Plan, known: set[Path]) -> str:
     return "from global_step_2; " + checks.wandb_run(plan.out / "logs/wandb", known, [3])
 
 
-def _report(
-    plan: Plan, runner: Runner, left: list[int], seconds: float, peaks: tuple[int, int]
-) -> None:
+def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -> None:
     print(f"\nRehearsal of {plan.experiment}: {plan.nnodes} node(s) x {plan.gpus_per_node} ranks")
     for name, status, detail in runner.rows:
         print(f"  {status:4}  {name:12} {detail}")
-    ray_line = f"Ray processes left: {len(left)}" + (f" (killed: {left})" if left else "")
-    print(f"  {'ok' if not left else 'FAIL':4}  {'cleanup':12} {ray_line}")
     machine, summed = (value / 2**30 for value in peaks)
     print(
         f"wall {seconds:.0f} s; peak memory: machine +{machine:.1f} GiB in use "

@@ -27,6 +27,16 @@ def _trace_records(trace_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return by_pid
 
 
+def traced_processes(out: Path) -> list[tuple[int, float]]:
+    """(pid, first seen) of every process that ran the setup hook in any launch under ``out``:
+    the Ray workers, whose command lines Ray rewrites, so no marker finds them."""
+    return [
+        (pid, min(r["time"] for r in records))
+        for trace_dir in sorted(out.glob("trace_*"))
+        for pid, records in _trace_records(trace_dir).items()
+    ]
+
+
 def devices(trace_dir: Path, world_size: int, python: str) -> str:
     """Every rank: its own CUDA_VISIBLE_DEVICES set before torch was first imported, torch not
     imported by the setup hook, and the project's interpreter (not a node-specific uv path)."""
