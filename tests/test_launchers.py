@@ -1,0 +1,116 @@
+"""The bash launchers' contract with a cluster, with stand-in `uv`, python and `ray` that record
+how they were called (no Ray starts): the launcher's environment travels in Ray's runtime env,
+main_ppo runs on the environment's python (not `uv run`), and the head runs the job server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _stubs(tmp_path: Path) -> dict[str, str]:
+    """`uv run ... python -c ...` answers with a fake interpreter that logs each call; a fake
+    `ray` beside it (where the scripts look for the project's CLI) logs its arguments."""
+    bin_dir = tmp_path / "bin"
+    venv_bin = tmp_path / "venv/bin"
+    bin_dir.mkdir()
+    venv_bin.mkdir(parents=True)
+    log = tmp_path / "calls.jsonl"
+    recorder = (
+        "import json, os, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], "
+        "'uv_hook': os.environ.get('RAY_ENABLE_UV_RUN_RUNTIME_ENV')}) + '\\n')\n"
+        "if '-c' in sys.argv: print(0)\n"
+    )
+    (venv_bin / "recorder.py").write_text(recorder)
+    fake_python = venv_bin / "python"
+    fake_python.write_text(f'#!/usr/bin/env bash\nexec python3 {venv_bin}/recorder.py "$0" "$@"\n')
+    (venv_bin / "ray").write_text(
+        f'#!/usr/bin/env bash\nexec python3 {venv_bin}/recorder.py ray "$@"\n'
+    )
+    (bin_dir / "uv").write_text(f"#!/usr/bin/env bash\necho {fake_python}\n")
+    for path in (fake_python, venv_bin / "ray", bin_dir / "uv"):
+        path.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "NCCL_", "HF_"))}
+    return env | {"PATH": f"{bin_dir}:{env['PATH']}", "HOME": str(tmp_path)}
+
+
+def _calls(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+
+
+def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Path) -> None:
+    env = _stubs(tmp_path) | {
+        "RLVR_LOG_DIR": str(tmp_path / "logs"),
+        "NCCL_SOCKET_IFNAME": "eth1",
+        "HF_HOME": "/shared/hf cache",
+    }
+    done = subprocess.run(
+        ["bash", "scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    main_ppo = next(c for c in _calls(tmp_path) if "verl.trainer.main_ppo" in c["argv"])
+    assert main_ppo["argv"][0].endswith("venv/bin/python")  # not `uv run`: no uv path to workers
+    assert main_ppo["uv_hook"] == "0"
+    forwarded = {a for a in main_ppo["argv"] if a.startswith("++ray_kwargs.ray_init.runtime_env")}
+    prefix = "++ray_kwargs.ray_init.runtime_env.env_vars."
+    assert {
+        f"{prefix}WANDB_MODE='offline'",
+        f"{prefix}WANDB_DIR='{tmp_path / 'logs'}'",
+        f"{prefix}NCCL_SOCKET_IFNAME='eth1'",
+        f"{prefix}HF_HOME='/shared/hf cache'",
+    } <= forwarded
+    assert main_ppo["argv"][-1] == "trainer.total_training_steps=2"  # user overrides win
+    merge = next(c for c in _calls(tmp_path) if "rlvr.lora_merge" in c["argv"])
+    assert merge["argv"][-3:] == [
+        "--experiment",
+        "countdown_qwen3_4b",
+        "trainer.total_training_steps=2",
+    ]
+
+
+def test_forwarded_values_survive_hydra_parsing() -> None:
+    """A quoted override as the launcher writes it composes to the exact value."""
+    from rlvr.config import compose
+
+    value = "/data/it's here,a=b"
+    quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+    config = compose(
+        "countdown_cpu", [f"++ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR='{quoted}'"]
+    )
+    forwarded = config.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR
+    assert forwarded == value
+
+
+def test_cluster_head_runs_the_job_server_with_the_projects_ray(tmp_path: Path) -> None:
+    env = _stubs(tmp_path)
+    done = subprocess.run(
+        ["bash", "scripts/ray_cluster.sh", "head", "--port", "6390", "--num-gpus", "8"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (start,) = [c["argv"] for c in _calls(tmp_path) if c["argv"][1:2] == ["start"]]
+    assert start[0] == "ray" and "--include-dashboard=true" in start
+    assert "--num-gpus" in start and "8" in start  # a given count is not re-detected
+    bad = subprocess.run(
+        ["bash", "scripts/ray_cluster.sh", "head", "--port", "x"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--port must be a number" in bad.stderr
