@@ -443,7 +443,7 @@ def make_backend(name: str, source: ModelSource, batch_size: int = 16) -> Backen
         name = "vllm" if torch.cuda.is_available() and has_vllm else "hf"
     if name == "vllm":
         if importlib.util.find_spec("vllm") is None:
-            raise EvalError("--backend vllm needs the gpu extra: uv sync --extra gpu")
+            raise EvalError("--backend vllm needs the gpu extra: bash scripts/install_gpu.sh")
         return VLLMBackend(source)
     if name == "hf":
         return HFBackend(source, batch_size=batch_size)
