@@ -224,10 +224,12 @@ class Runner:
         print(f"== {name} ...", flush=True)
         try:
             result = action()
-        except checks.RehearsalFailure as exc:
+        except Exception as exc:  # a check that crashes still names its step
+            if not isinstance(exc, checks.RehearsalFailure):
+                exc = checks.RehearsalFailure(f"{type(exc).__name__}: {exc}")
             self.rows.append((name, "FAIL", str(exc).splitlines()[0]))
             print(f"FAILED at step '{name}': {exc}", file=sys.stderr, flush=True)
-            raise
+            raise exc from None
         detail = result if isinstance(result, str) else getattr(result, "summary", "")
         self.rows.append((name, "ok", f"{detail} ({time.monotonic() - start:.0f} s)"))
         print(f"   ok: {self.rows[-1][2]}", flush=True)

@@ -62,7 +62,7 @@ def devices(trace_dir: Path, world_size: int, python: str) -> str:
         per_node[record["raylet_pid"]].append(record["cuda_visible_devices"])
     for node, seen in per_node.items():
         if len(set(seen)) != len(seen):
-            problems.append(f"node (raylet {node}): ranks share a device: {sorted(seen)}")
+            problems.append(f"node (raylet {node}): ranks share a device: {sorted(map(str, seen))}")
     if problems:
         raise RehearsalFailure("; ".join(problems[:6]))
     layout = ", ".join(f"{len(v)} on node {i + 1}" for i, v in enumerate(per_node.values()))

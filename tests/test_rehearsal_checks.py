@@ -106,3 +106,14 @@ def test_loads_strictly_rejects_a_peft_keyed_folder(tiny_model_dir: Path, tmp_pa
 def test_wandb_run_needs_exactly_one_new_run(tmp_path: Path) -> None:
     with pytest.raises(checks.RehearsalFailure, match="0 new wandb runs"):
         checks.wandb_run(tmp_path, set(), [1, 2])
+
+
+def test_devices_fail_cleanly_when_every_rank_imported_torch_in_the_hook(tmp_path: Path) -> None:
+    """What a3b0be1's hook left in a real 8-rank rehearsal: torch imported inside the hook, before
+    Ray assigned any device, on every rank (the check once crashed sorting the None values)."""
+    records = _good(8, 8)
+    for record in records:
+        if record["event"] == "torch_imported":
+            record["cuda_visible_devices"] = None
+    with pytest.raises(checks.RehearsalFailure, match="CUDA_VISIBLE_DEVICES=None at torch"):
+        checks.devices(_trace(tmp_path, records), 8, PYTHON)
