@@ -60,10 +60,10 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
     from rlvr.config import compose, experiments
 
     if experiment not in experiments():
-        raise SystemExit(f"rehearse: unknown experiment {experiment!r}; one of {experiments()}")
+        raise ValueError(f"unknown experiment {experiment!r}; one of {experiments()}")
     config = compose(experiment)
     if config.actor_rollout_ref.rollout.name == "hf":
-        raise SystemExit(f"rehearse: {experiment} already runs on CPU; use launch_grpo.sh")
+        raise ValueError(f"{experiment} already runs on CPU: use scripts/launch_grpo.sh")
     per_node = gpus_per_node or int(config.trainer.n_gpus_per_node)
     plan = Plan(
         experiment=experiment,
@@ -297,7 +297,7 @@ def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
     parser.add_argument(
         "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
     )
@@ -307,14 +307,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout_s", type=float, default=1200, help="limit per training launch")
     args = parser.parse_args(argv)
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        parser.error("--gpus_per_node must be at least 1")
+    if args.timeout_s <= 0:
+        parser.error("--timeout_s must be positive")
     out = (args.out or ROOT / "artifacts/rehearsal" / args.experiment).resolve()
+    try:
+        plan = make_plan(args.experiment, out, args.gpus_per_node)
+    except ValueError as exc:
+        parser.error(str(exc))
     if out.exists() and any(out.iterdir()):
         if not (out / "rehearsal.marker").is_file():
             parser.error(f"--out {out}: not empty and not a rehearsal folder; pick another")
         shutil.rmtree(out)  # a previous rehearsal's own folder
     out.mkdir(parents=True)
     (out / "rehearsal.marker").write_text(args.experiment + "\n")
-    plan = make_plan(args.experiment, out, args.gpus_per_node)
     return rehearse(plan, args.timeout_s)
 
 

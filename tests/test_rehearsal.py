@@ -1,0 +1,55 @@
+"""The rehearsal's plan and command line (fast; tests/test_rehearsal_e2e.py runs it for real)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlvr.rehearsal import main, make_plan
+
+
+def test_plan_keeps_the_experiment_and_lists_what_it_replaces(tmp_path: Path) -> None:
+    plan = make_plan("countdown_qwen3_4b_lora", tmp_path, None)
+    assert (plan.nnodes, plan.gpus_per_node, plan.world_size) == (1, 8, 8)
+    assert plan.lora and "hf_model" not in plan.save_contents
+    assert plan.overrides[0] == "+rehearsal=cpu"
+    assert f"actor_rollout_ref.model.path={tmp_path}/models/tiny" in plan.overrides
+    assert not any(
+        o.startswith(("data.train_batch_size", "actor_rollout_ref.rollout.n="))
+        for o in plan.overrides
+    )
+
+
+def test_fewer_ranks_per_node_keep_sharding_within_a_node(tmp_path: Path) -> None:
+    plan = make_plan("countdown_qwen3_4b_2nodes", tmp_path, 4)
+    assert (plan.nnodes, plan.world_size) == (2, 8)
+    assert "trainer.n_gpus_per_node=4" in plan.overrides
+    assert "actor_rollout_ref.actor.fsdp_config.fsdp_size=4" in plan.overrides
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nope"], "unknown experiment 'nope'"),
+        (["countdown_cpu"], "already runs on CPU"),
+        (["countdown_qwen3_4b", "--gpus_per_node", "0"], "--gpus_per_node must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_refuses_a_folder_it_did_not_make(tmp_path: Path, capsys) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(SystemExit):
+        main(["countdown_qwen3_4b", "--out", str(tmp_path)])
+    assert "not a rehearsal folder" in capsys.readouterr().err
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
