@@ -64,13 +64,15 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
     config = compose(experiment)
     if config.actor_rollout_ref.rollout.name == "hf":
         raise ValueError(f"{experiment} already runs on CPU: use scripts/launch_grpo.sh")
-    per_node = gpus_per_node or int(config.trainer.n_gpus_per_node)
+    real = int(config.trainer.n_gpus_per_node)
+    nnodes, batch = int(config.trainer.nnodes), int(config.data.train_batch_size)
+    per_node = gpus_per_node or ranks_that_fit(real, nnodes, batch)
     plan = Plan(
         experiment=experiment,
         out=out,
-        nnodes=int(config.trainer.nnodes),
+        nnodes=nnodes,
         gpus_per_node=per_node,
-        train_batch=int(config.data.train_batch_size),
+        train_batch=batch,
         task=Path(config.custom_reward_function.path).stem,
         lora=int(config.actor_rollout_ref.model.get("lora_rank", 0)) > 0,
         save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
@@ -95,6 +97,31 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
             ),
         ]
     return plan
+
+
+# Measured here: a rehearsal's machine memory grows by about 1.1 GiB per rank, plus Ray's own
+# daemons (two nodes: two raylets and the dashboard). Rounded up for a margin.
+GIB_PER_RANK, GIB_BASE = 1.25, 4.0
+
+
+def ranks_that_fit(real: int, nnodes: int, batch: int) -> int:
+    """Ranks per node: the experiment's own count when it fits in available memory, else the
+    largest smaller count that fits and still divides the batch across all ranks."""
+    import psutil
+
+    available = psutil.virtual_memory().available / 2**30
+    for per_node in range(real, 0, -1):
+        fits = GIB_BASE + GIB_PER_RANK * nnodes * per_node <= available
+        if (fits and batch % (nnodes * per_node) == 0) or per_node == 1:
+            if per_node < real:
+                need = GIB_BASE + GIB_PER_RANK * nnodes * real
+                print(
+                    f"rehearse: {nnodes} x {real} ranks need ~{need:.0f} GiB, {available:.0f} GiB"
+                    f" available: rehearsing {nnodes} x {per_node} (--gpus_per_node to choose)",
+                    flush=True,
+                )
+            return per_node
+    return 1
 
 
 def prepare_inputs(plan: Plan) -> str:

@@ -53,3 +53,19 @@ def test_refuses_a_folder_it_did_not_make(tmp_path: Path, capsys) -> None:
         main(["countdown_qwen3_4b", "--out", str(tmp_path)])
     assert "not a rehearsal folder" in capsys.readouterr().err
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_ranks_that_fit_memory_and_divide_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    from rlvr.rehearsal import ranks_that_fit
+
+    def available(gib: float):
+        return type("Memory", (), {"available": gib * 2**30})()
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: available(64))
+    assert ranks_that_fit(8, 2, 128) == 8  # fits: the real world size
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: available(20))
+    assert ranks_that_fit(8, 2, 128) == 4  # 2 x 6 would fit but 12 ranks do not divide 128
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: available(1))
+    assert ranks_that_fit(8, 1, 64) == 1
