@@ -98,7 +98,7 @@ def build_corpus(n: int, seed: int) -> list[tuple[str, dict]]:
 def adversarial_set() -> dict[str, tuple[str, object]]:
     mb = 1_000_000
     cd = {"target": 13, "numbers": [2, 3, 7]}
-    cases = {
+    cases: dict[str, tuple[str, object]] = {
         "exponent bomb": ("<answer>44**19**35</answer>", cd),
         "5000-deep parens": ("<answer>" + "(" * 5000 + "2*3+7" + ")" * 5000 + "</answer>", cd),
         "1MB digits in answer": ("<answer>" + "9" * mb + "</answer>", cd),

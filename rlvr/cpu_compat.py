@@ -73,7 +73,7 @@ def _gloo_process_groups() -> None:
                 kwargs["backend"] = "gloo"
         return original(*args, **kwargs)
 
-    init_process_group._rlvr_cpu = True
+    init_process_group._rlvr_cpu = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
 
 
@@ -112,7 +112,7 @@ def _no_cpu_autocast() -> None:
         return
     base = torch.autocast
 
-    class autocast(base):
+    class autocast(base):  # type: ignore[valid-type,misc]
         _rlvr_cpu = True
 
         def __init__(self, device_type: str, *args: Any, **kwargs: Any) -> None:
@@ -120,7 +120,7 @@ def _no_cpu_autocast() -> None:
                 kwargs["enabled"] = False
             super().__init__(device_type, *args, **kwargs)
 
-    torch.autocast = autocast
+    torch.autocast = autocast  # type: ignore[misc]
 
 
 def _gather_timing(timing: float, k: int = 10) -> tuple[float, float, float]:
@@ -146,7 +146,7 @@ def _shape_correct_timing_gather() -> None:
     # fsdp_workers imports the name; patch its copy too if it was imported before this hook.
     workers = sys.modules.get("verl.workers.fsdp_workers")
     if workers is not None:
-        workers.topk_reduce_ratio_min_max = _gather_timing
+        workers.topk_reduce_ratio_min_max = _gather_timing  # type: ignore[attr-defined]
 
 
 def _no_ref_offload() -> None:
@@ -160,7 +160,7 @@ def _no_ref_offload() -> None:
     def no_offload_policy(*args: Any, **kwargs: Any) -> None:
         return None
 
-    workers.CPUOffloadPolicy = no_offload_policy
+    workers.CPUOffloadPolicy = no_offload_policy  # type: ignore[misc,assignment]
 
 
 def _register_hf_rollout() -> None:

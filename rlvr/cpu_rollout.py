@@ -38,12 +38,12 @@ class HFSyncRollout(HFRollout):
 
         BaseRollout.__init__(self, config, model_config, device_mesh)
         self.module = AutoModelForCausalLM.from_pretrained(
-            self.model_config.local_path,
+            str(self.model_config.local_path),
             dtype=torch.float32,
             attn_implementation="sdpa",
             trust_remote_code=self.model_config.trust_remote_code,
         )
-        self.module.generate = _without_position_ids(self.module.generate)
+        self.module.generate = _without_position_ids(self.module.generate)  # type: ignore[method-assign]
         self.module.eval()
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}

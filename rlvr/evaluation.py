@@ -47,7 +47,7 @@ class EvalTask:
         from omegaconf import OmegaConf
 
         overlay = OmegaConf.load(self.overlay)
-        kwargs = OmegaConf.to_container(overlay.custom_reward_function.reward_kwargs)
+        kwargs: Any = OmegaConf.to_container(overlay.custom_reward_function.reward_kwargs)
         return dict(kwargs), int(overlay.data.max_response_length)
 
 
@@ -68,8 +68,10 @@ def experiment_settings(experiment: str) -> tuple[dict[str, Any], dict[str, Any]
     if experiment not in experiments():
         raise EvalError(f"--experiment {experiment!r}: not one of {experiments()}")
     config = compose(experiment)
-    reward_kwargs = OmegaConf.to_container(config.custom_reward_function.reward_kwargs)
-    template_kwargs = OmegaConf.to_container(config.data.get("apply_chat_template_kwargs") or {})
+    reward_kwargs: Any = OmegaConf.to_container(config.custom_reward_function.reward_kwargs)
+    template_kwargs: Any = OmegaConf.to_container(
+        config.data.get("apply_chat_template_kwargs") or {}
+    )
     return dict(reward_kwargs), dict(template_kwargs)
 
 
@@ -518,7 +520,7 @@ def log_to_wandb(run: EvalRun, summary: dict[str, Any], project: str, max_rows: 
     """Log the summary numbers and a table of generations; offline unless a key is configured."""
     import wandb
 
-    mode = os.environ.get("WANDB_MODE") or (
+    mode: Any = os.environ.get("WANDB_MODE") or (  # wandb checks the value itself
         "online" if os.environ.get("WANDB_API_KEY") else "offline"
     )
     name = run.output_dir.name

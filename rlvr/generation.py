@@ -224,10 +224,10 @@ class HFBackend:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(source)
         self.tokenizer.padding_side = "left"
-        weights = source.base if source.kind == "lora" else source.path
+        weights = str(source.base if source.kind == "lora" else source.path)
         _register_grouped_sdpa()
         try:
-            model = AutoModelForCausalLM.from_pretrained(
+            model: Any = AutoModelForCausalLM.from_pretrained(
                 weights, dtype=getattr(torch, dtype), attn_implementation=GROUPED_SDPA
             )
             if source.kind == "lora":

@@ -247,7 +247,10 @@ def _check_loads(folder: Path) -> None:
     """Load the written folder back; any missing, unexpected or mismatched key fails."""
     from transformers import AutoModelForCausalLM
 
-    _, info = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", output_loading_info=True)
+    loaded: Any = AutoModelForCausalLM.from_pretrained(
+        folder, dtype="auto", output_loading_info=True
+    )
+    info = loaded[1]
     problems = {name: keys for name, keys in info.items() if keys}
     if problems:
         raise MergeError(f"the merged model does not load cleanly: {problems}")

@@ -91,7 +91,8 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     from transformers import AutoModelForCausalLM
 
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(hf_dir, output_loading_info=True)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(hf_dir, output_loading_info=True)
+        model, info = loaded
     except (OSError, ValueError) as exc:
         raise RehearsalFailure(f"{hf_dir}: does not load: {exc}") from exc
     bad = {key: value for key, value in info.items() if value}

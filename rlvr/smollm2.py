@@ -37,6 +37,7 @@ def build(out_dir: str | Path) -> Path:
     tokenizer.eos_token = END_OF_TURN
     tokenizer.pad_token = END_OF_TURN
     for config in (model.config, model.generation_config):
+        assert config is not None  # a causal LM always has both
         config.eos_token_id = end_id
         config.pad_token_id = end_id
     out = Path(out_dir)

@@ -582,10 +582,14 @@ def results_markdown(record: dict[str, Any], rows: Sequence[SweepRow]) -> str:
         "|" + "---|" * len(header),
     ]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in body]
-    finished = [r for r in rows if r.summary and r.summary.final_reward is not None]
+    finished = [
+        (r.summary.final_reward, r.name)
+        for r in rows
+        if r.summary and r.summary.final_reward is not None
+    ]
     if finished:
-        best = max(finished, key=lambda r: r.summary.final_reward)
-        lines += ["", f"Best final reward: **{best.name}** ({_fmt(best.summary.final_reward)})."]
+        reward, name = max(finished)
+        lines += ["", f"Best final reward: **{name}** ({_fmt(reward)})."]
     return "\n".join(lines) + "\n"
 
 

@@ -51,7 +51,7 @@ def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: 
     x_values = list(dict.fromkeys(row.values[x_axis] for row in rows))
     numeric = _numeric(x_values)
     position = dict(zip(x_values, numeric if numeric else range(len(x_values)), strict=True))
-    log_x = bool(numeric) and min(numeric) > 0 and max(numeric) / min(numeric) >= 10
+    log_x = bool(numeric and min(numeric) > 0 and max(numeric) / min(numeric) >= 10)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     from matplotlib.lines import Line2D
@@ -138,18 +138,18 @@ def plot_reward_curves(rows: Sequence[SweepRow], path: Path, title: str = "") ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = [r for r in rows if r.summary is not None and r.summary.rewards]
+    curves = [(r.name, r.summary) for r in rows if r.summary is not None and r.summary.rewards]
     if not curves:
         raise SweepError("no run logged a training step; nothing to plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for row in curves:
-        steps, rewards = zip(*row.summary.rewards, strict=True)
-        style = "--" if row.summary.collapsed else "-"
-        label = row.name + (" (collapsed)" if row.summary.collapsed else "")
-        ax.plot(steps, rewards, style, marker="." if len(steps) < 30 else None, label=label)
+    for name, summary in curves:
+        steps, values = zip(*summary.rewards, strict=True)
+        style = "--" if summary.collapsed else "-"
+        label = name + (" (collapsed)" if summary.collapsed else "")
+        ax.plot(steps, values, style, marker="." if len(steps) < 30 else None, label=label)
     from matplotlib.ticker import MaxNLocator
 
-    rewards = [r for row in curves for _, r in row.summary.rewards if math.isfinite(r)]
+    rewards = [r for _, summary in curves for _, r in summary.rewards if math.isfinite(r)]
     ax.set_ylim(-0.03, max(0.1, *rewards) * 1.1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("training step")
