@@ -39,6 +39,12 @@ def _stubs(tmp_path: Path) -> dict[str, str]:
     return env | {"PATH": f"{bin_dir}:{env['PATH']}", "HOME": str(tmp_path)}
 
 
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def _calls(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
 
@@ -49,13 +55,8 @@ def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Pat
         "NCCL_SOCKET_IFNAME": "eth1",
         "HF_HOME": "/shared/hf cache",
     }
-    done = subprocess.run(
-        ["bash", "scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = _run(
+        ["scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"], env
     )
     assert done.returncode == 0, done.stderr
     main_ppo = next(c for c in _calls(tmp_path) if "verl.trainer.main_ppo" in c["argv"])
@@ -93,24 +94,10 @@ def test_forwarded_values_survive_hydra_parsing() -> None:
 
 def test_cluster_head_runs_the_job_server_with_the_projects_ray(tmp_path: Path) -> None:
     env = _stubs(tmp_path)
-    done = subprocess.run(
-        ["bash", "scripts/ray_cluster.sh", "head", "--port", "6390", "--num-gpus", "8"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(["scripts/ray_cluster.sh", "head", "--port", "6390", "--num-gpus", "8"], env)
     assert done.returncode == 0, done.stderr
     (start,) = [c["argv"] for c in _calls(tmp_path) if c["argv"][1:2] == ["start"]]
     assert start[0] == "ray" and "--include-dashboard=true" in start
     assert "--num-gpus" in start and "8" in start  # a given count is not re-detected
-    bad = subprocess.run(
-        ["bash", "scripts/ray_cluster.sh", "head", "--port", "x"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = _run(["scripts/ray_cluster.sh", "head", "--port", "x"], env)
     assert bad.returncode == 2 and "--port must be a number" in bad.stderr
