@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rlvr.files import read_safetensors_header
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 # After a LoRA run, rlvr.lora_merge writes every kept checkpoint's actor/huggingface as the base
@@ -88,10 +89,7 @@ def safetensors_size(folder: Path) -> ModelSize | None:
         return None
     parameters = lora_per_rank = 0
     for path in files:
-        with path.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        for name, tensor in header.items():
+        for name, tensor in read_safetensors_header(path).items():
             if name == "__metadata__":
                 continue
             shape = tensor["shape"]
@@ -163,6 +161,11 @@ def max_kept(config: Any) -> int | None:
     return keep if isinstance(keep, int) and keep > 0 else None
 
 
+def lora_rank(config: Any) -> int:
+    """The actor's LoRA rank; 0 for full fine-tuning."""
+    return int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+
+
 def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:
     """Bytes of one actor checkpoint (all ranks together), and warnings on what is guessed."""
     actor = config.actor_rollout_ref.actor
@@ -170,7 +173,7 @@ def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:
     contents = set(actor.checkpoint.save_contents)
     warnings = []
     lora = 0
-    rank = int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+    rank = lora_rank(config)
     if rank > 0:
         if size.lora_params_per_rank is None:
             warnings.append("LoRA adapter size unknown (no lora_params_per_rank): not counted")
@@ -193,7 +196,7 @@ def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:
 
 def merged_bytes(config: Any, size: ModelSize) -> int:
     """The LoRA post-run merged model of one checkpoint: the base in its own dtype."""
-    if int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0) <= 0:
+    if lora_rank(config) <= 0:
         return 0
     dtype = MERGED_DTYPE_DEFAULT
     model_config = Path(str(config.actor_rollout_ref.model.path)).expanduser() / "config.json"

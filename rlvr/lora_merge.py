@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 import warnings
@@ -33,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # as rlvr.preflight: org/name
+from rlvr.files import read_safetensors_header
+from rlvr.preflight import HUB_ID
 
 ADAPTER_DIR = "lora_adapter"
 HF_DIR = "huggingface"
@@ -55,14 +55,10 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def safetensors_keys(path: Path) -> list[str]:
-    """Tensor names from a safetensors header (8-byte length, then JSON): no torch needed."""
+    """Tensor names from a safetensors header: no torch needed."""
     try:
-        with path.open("rb") as handle:
-            (size,) = struct.unpack("<Q", handle.read(8))
-            if size > 100_000_000:
-                raise ValueError(f"header of {size} bytes")
-            header = json.loads(handle.read(size))
-    except (OSError, ValueError, struct.error) as exc:
+        header = read_safetensors_header(path)
+    except (OSError, ValueError) as exc:
         raise MergeError(f"{path}: unreadable safetensors header ({exc})") from exc
     return [key for key in header if key != "__metadata__"]
 
@@ -151,7 +147,7 @@ def merge_checkpoint(
     aside: Path | None = None
     try:
         dtype = _write_merged(adapter, base, temp, carry)
-        _check_loads(temp)
+        load_strictly(temp, dtype="auto")
         if hf.exists():
             aside = _free_name(actor / SET_ASIDE)
             os.replace(hf, aside)
@@ -243,17 +239,18 @@ def _write_merged(adapter: Path, base: str, out: Path, carry: Path | None) -> st
     return str(dtype).removeprefix("torch.")
 
 
-def _check_loads(folder: Path) -> None:
-    """Load the written folder back; any missing, unexpected or mismatched key fails."""
+def load_strictly(folder: Path, **kwargs: Any) -> Any:
+    """The model in ``folder``; MergeError if loading reports any missing, unexpected or
+    mismatched key (transformers would random-initialise them). OSError/ValueError pass through
+    for a folder that does not load at all."""
     from transformers import AutoModelForCausalLM
 
-    loaded: Any = AutoModelForCausalLM.from_pretrained(
-        folder, dtype="auto", output_loading_info=True
-    )
-    info = loaded[1]
+    loaded: Any = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True, **kwargs)
+    model, info = loaded
     problems = {name: keys for name, keys in info.items() if keys}
     if problems:
-        raise MergeError(f"the merged model does not load cleanly: {problems}")
+        raise MergeError(f"the model in {folder} does not load cleanly: {problems}")
+    return model
 
 
 def _first_line(exc: Exception) -> str:

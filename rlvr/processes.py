@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+# The project's own Ray CLI, beside this interpreter, not whatever `ray` PATH finds first: its
+# version must match the cluster's (every node runs this project's environment).
+RAY_CLI = str(Path(sys.executable).parent / "ray")
 
 
 def processes_with(markers: Sequence[str]) -> list[psutil.Process]:

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import rehearsal_checks as checks
-from rlvr.processes import Finished, reap, run_bounded, stop
+from rlvr.checkpoint_budget import lora_rank
+from rlvr.processes import RAY_CLI, Finished, reap, run_bounded, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONSE_LENGTH = 16
@@ -74,7 +75,7 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
         gpus_per_node=per_node,
         train_batch=batch,
         task=Path(config.custom_reward_function.path).stem,
-        lora=int(config.actor_rollout_ref.model.get("lora_rank", 0)) > 0,
+        lora=lora_rank(config) > 0,
         save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
     )
     plan.overrides = [
@@ -195,8 +196,7 @@ def start_ray(plan: Plan, ray_tmp: str) -> Cluster:
         if done.returncode != 0:
             raise checks.RehearsalFailure(f"ray_cluster.sh {command[0]}: {done.output[-800:]}")
     # Sweeps submit jobs to the head's job server: it must answer.
-    ray_cli = str(Path(sys.executable).parent / "ray")
-    jobs = run_bounded([ray_cli, "job", "list", "--address", dashboard], _env(plan), 120, ROOT)
+    jobs = run_bounded([RAY_CLI, "job", "list", "--address", dashboard], _env(plan), 120, ROOT)
     if jobs.returncode != 0:
         raise checks.RehearsalFailure(f"the head's job server at {dashboard} does not answer")
     cluster.summary += f"; job server at {dashboard}"

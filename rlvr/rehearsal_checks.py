@@ -90,22 +90,19 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rlvr.lora_merge import MergeError, load_strictly, recorded_base
+
     try:
-        loaded: Any = AutoModelForCausalLM.from_pretrained(hf_dir, output_loading_info=True)
-        model, info = loaded
+        model = load_strictly(hf_dir)
     except (OSError, ValueError) as exc:
         raise RehearsalFailure(f"{hf_dir}: does not load: {exc}") from exc
-    bad = {key: value for key, value in info.items() if value}
-    if bad:
-        raise RehearsalFailure(f"{hf_dir}: loading reported {bad}")
+    except MergeError as exc:
+        raise RehearsalFailure(str(exc)) from exc
     if lora_dir is None:
         return "loads with 0 missing, 0 unexpected, 0 mismatched keys"
     from peft import PeftModel
 
-    base_path = json.loads((lora_dir / "adapter_config.json").read_text())[
-        "base_model_name_or_path"
-    ]
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model.dtype)
+    base = AutoModelForCausalLM.from_pretrained(recorded_base(lora_dir), dtype=model.dtype)
     merged = PeftModel.from_pretrained(base, lora_dir).merge_and_unload().state_dict()
     ours = model.state_dict()
     if merged.keys() != ours.keys():

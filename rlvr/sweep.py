@@ -23,7 +23,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,11 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.files import write_json_atomic, write_text_atomic
+from rlvr.processes import RAY_CLI
 
 ROOT = Path(__file__).resolve().parents[1]
-# The project's own Ray CLI, not whatever `ray` PATH finds first: its version must match the
-# cluster's (the head runs this project's environment too).
-RAY_CLI = str(Path(sys.executable).parent / "ray")
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 
 # Short grid names for the two axes the TuFT guide sweeps; any full Hydra key works too.
@@ -588,7 +585,7 @@ def results_markdown(record: dict[str, Any], rows: Sequence[SweepRow]) -> str:
         if r.summary and r.summary.final_reward is not None
     ]
     if finished:
-        reward, name = max(finished)
+        reward, name = max(finished, key=lambda pair: pair[0])  # the first best on a tie
         lines += ["", f"Best final reward: **{name}** ({_fmt(reward)})."]
     return "\n".join(lines) + "\n"
 

@@ -32,3 +32,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_staging(tmp_path: Path) -> No
         write_json_atomic(tmp_path / "new.json", {"not": object()})
     assert not (tmp_path / "new.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["rows.parquet"]
+
+
+def test_read_safetensors_header(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from rlvr.files import read_safetensors_header
+
+    save_file({"w": torch.zeros(2, 3)}, tmp_path / "m.safetensors")
+    header = read_safetensors_header(tmp_path / "m.safetensors")
+    assert header["w"]["shape"] == [2, 3]
+    (tmp_path / "bad.safetensors").write_bytes(b"\x01")
+    with pytest.raises(ValueError, match="no safetensors header"):
+        read_safetensors_header(tmp_path / "bad.safetensors")

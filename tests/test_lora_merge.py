@@ -192,7 +192,7 @@ def test_peft_keyed_folder_fails_the_strict_check_and_is_repaired(
     _, problems = _loading_problems(hf)
     assert problems["missing_keys"] and problems["unexpected_keys"]
     with pytest.raises(MergeError, match="does not load cleanly"):
-        lora_merge._check_loads(hf)
+        lora_merge.load_strictly(hf)
     with pytest.raises(EvalError, match=f"uv run scripts/merge_lora.py {actor}$"):
         resolve_model(str(hf))
 
