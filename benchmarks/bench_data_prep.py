@@ -12,7 +12,7 @@ import argparse
 import tempfile
 import time
 
-from rlvr.countdown import GeneratorSpec, generate_tasks, prepare, solve
+from rlvr.tasks.countdown import GeneratorSpec, generate_tasks, prepare, solve
 
 TARGET_S = 20.0
 

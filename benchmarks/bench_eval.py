@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlvr.countdown import prepare
-from rlvr.evaluation import load_rows, render_prompt
-from rlvr.generation import HFBackend, SamplingSettings, resolve_model
+from rlvr.evaluation.generation import HFBackend, SamplingSettings, resolve_model
+from rlvr.evaluation.runs import load_rows, render_prompt
+from rlvr.tasks.countdown import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SPEEDUP = 4.0
@@ -53,7 +53,7 @@ def main() -> int:
 
     model_dir = Path(args.model)
     if not model_dir.exists():
-        from rlvr.smollm2 import build
+        from rlvr.models.smollm2 import build
 
         print(f"building SmolLM2-135M-Instruct into {model_dir} ...")
         build(model_dir)

@@ -37,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         if args.model == "tiny":
-            from rlvr.tiny_model import build_model
+            from rlvr.models.tiny import build_model
 
             build_model(staging)
         else:
-            from rlvr.smollm2 import build
+            from rlvr.models.smollm2 import build
 
             build(staging)
         if out.exists():

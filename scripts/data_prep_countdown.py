@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from rlvr.countdown import HUB_DATASET, TEMPLATES, GeneratorSpec, prepare
-from rlvr.data import run_prep_cli
+from rlvr.data.prep import run_prep_cli
+from rlvr.tasks.countdown import HUB_DATASET, TEMPLATES, GeneratorSpec, prepare
 
 
 def int_pair(text: str) -> tuple[int, int]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from rlvr.data import run_prep_cli
-from rlvr.gsm8k import TEMPLATES, prepare
+from rlvr.data.prep import run_prep_cli
+from rlvr.tasks.gsm8k import TEMPLATES, prepare
 
 
 def main(argv: list[str] | None = None) -> int:

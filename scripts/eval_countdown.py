@@ -12,7 +12,7 @@ Example: uv run scripts/eval_countdown.py --limit 100 \\
     --model_path artifacts/checkpoints/countdown/global_step_100/actor/huggingface reward
 """
 
-from rlvr.eval_cli import main
+from rlvr.evaluation.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main("countdown", __doc__))

@@ -11,7 +11,7 @@ Usage: uv run scripts/eval_gsm8k.py --model_path DIR [--limit N] [COMMAND [optio
 Example: uv run scripts/eval_gsm8k.py --model_path /path/to/base_model analyse --rollout_n 16
 """
 
-from rlvr.eval_cli import main
+from rlvr.evaluation.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main("gsm8k", __doc__))

@@ -17,7 +17,7 @@ cd "$ROOT"
 PYTHON="$(uv run --no-sync python -c 'import sys; print(sys.executable)')"
 export RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 
-"$PYTHON" -m rlvr.preflight "$EXPERIMENT" "$@"
+"$PYTHON" -m rlvr.train.preflight "$EXPERIMENT" "$@"
 
 if [[ -n "${WANDB_API_KEY:-}" ]] || grep -qs "api.wandb.ai" "$HOME/.netrc"; then
     echo "wandb: online (a key is configured)"
@@ -53,5 +53,5 @@ status=0
 
 # LoRA checkpoints hold adapters only; give each one a merged actor/huggingface (a no-op for
 # full fine-tuning), also after a failed run, whose saved checkpoints are still good.
-"$PYTHON" -m rlvr.lora_merge --experiment "$EXPERIMENT" "$@" || status=$((status ? status : 1))
+"$PYTHON" -m rlvr.train.lora_merge --experiment "$EXPERIMENT" "$@" || status=$((status ? status : 1))
 exit "$status"

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.sweep import SweepError, load_sweep
-from rlvr.sweep_plots import write_report
+from rlvr.sweep.plots import write_report
+from rlvr.sweep.runner import SweepError, load_sweep
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,9 +19,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.config import compose, validate
-from rlvr.sweep import ROOT, SweepError, SweepSpec, grid_points, load_sweep, parse_grid, run_sweep
-from rlvr.sweep_plots import write_report
+from rlvr.sweep.plots import write_report
+from rlvr.sweep.runner import (
+    ROOT,
+    SweepError,
+    SweepSpec,
+    grid_points,
+    load_sweep,
+    parse_grid,
+    run_sweep,
+)
+from rlvr.train.config import compose, validate
 
 
 def main(argv: list[str] | None = None) -> int:

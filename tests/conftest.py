@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import processes
-from rlvr.rehearsal_checks import wandb_records
+from rlvr.common import processes
+from rlvr.train.rehearsal_checks import wandb_records
 
 __all__ = ["run_bounded", "wandb_records"]
 
@@ -34,14 +34,14 @@ def run_bounded(
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
-    from rlvr.tiny_model import build_tokenizer
+    from rlvr.models.tiny import build_tokenizer
 
     return build_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
-    """The offline tiny random model (rlvr/tiny_model.py), built once per session."""
-    from rlvr.tiny_model import build_model
+    """The offline tiny random model (rlvr/models/tiny.py), built once per session."""
+    from rlvr.models.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("models") / "tiny")

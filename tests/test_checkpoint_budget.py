@@ -8,14 +8,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlvr.checkpoint_budget import (
+from rlvr.train.checkpoint_budget import (
     checkpoints_saved,
     estimate,
     max_kept,
     safetensors_size,
     training_steps,
 )
-from rlvr.config import compose, experiments
+from rlvr.train.config import compose, experiments
 
 QWEN3_4B = 4022468096  # configs/base_model/qwen3_4b_instruct.yaml model_facts
 QWEN3_4B_LORA_PER_RANK = 2064384
@@ -59,7 +59,7 @@ def test_lora_bytes(tmp_path: Path, contents: str, per_checkpoint: int) -> None:
     budget = estimate(compose("countdown_qwen3_4b_lora", overrides, root=tmp_path))
     assert budget.kept == 2
     assert budget.per_checkpoint == per_checkpoint
-    # rlvr.lora_merge gives each kept checkpoint a bf16 merged model.
+    # rlvr.train.lora_merge gives each kept checkpoint a bf16 merged model.
     assert budget.merged == 2 * QWEN3_4B == 8_044_936_192
     assert budget.needed == 2 * (per_checkpoint + 8_044_936_192)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rlvr.config import CONFIG_DIR, compose, experiments, validate
+from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
 
 DECLARED_GPUS = {
     "countdown_cpu": 1,

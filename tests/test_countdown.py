@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from rewards.countdown import compute_score
-from rlvr import countdown
-from rlvr.countdown import GeneratorSpec, Task, generate_tasks, prepare, solve, split_tasks
-from rlvr.data import DataPrepError
+from rlvr.data.prep import DataPrepError
+from rlvr.tasks import countdown
+from rlvr.tasks.countdown import GeneratorSpec, Task, generate_tasks, prepare, solve, split_tasks
 
 
 def test_generator_is_deterministic_and_in_spec() -> None:

@@ -29,7 +29,7 @@ def test_noop_when_cuda_is_available() -> None:
         import verl.utils.profiler.performance as perf
         gather_before = perf.topk_reduce_ratio_min_max
         from verl.workers.rollout import base
-        from rlvr import cpu_compat
+        from rlvr.cpu import compat as cpu_compat
         assert cpu_compat.install() == []
         after = (dist.init_process_group, torch.autocast, hasattr(torch.cpu, "get_rng_state"))
         assert before == after, (before, after)
@@ -48,7 +48,7 @@ def test_fixes_apply_and_work_without_cuda() -> None:
     out = _run(
         """
         import os, torch, torch.distributed as dist
-        from rlvr import cpu_compat
+        from rlvr.cpu import compat as cpu_compat
         applied = cpu_compat.install()
         assert applied == ["gloo_process_groups", "cpu_device_functions", "no_cpu_autocast",
                            "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout"], applied
@@ -79,7 +79,7 @@ def test_fixes_apply_and_work_without_cuda() -> None:
 
         # 6. the HF rollout is registered for (hf, sync)
         from verl.workers.rollout import get_rollout_class
-        from rlvr.cpu_rollout import HFSyncRollout
+        from rlvr.cpu.rollout import HFSyncRollout
         assert get_rollout_class("hf", "sync") is HFSyncRollout
         dist.destroy_process_group()
         print("patched")
@@ -95,8 +95,8 @@ def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
 
-    from rlvr.cpu_rollout import HFSyncRollout
-    from rlvr.tiny_model import build_model
+    from rlvr.cpu.rollout import HFSyncRollout
+    from rlvr.models.tiny import build_model
 
     base = build_model(tmp_path / "a", seed=0)
     other = AutoModelForCausalLM.from_pretrained(build_model(tmp_path / "b", seed=1))
@@ -134,8 +134,8 @@ def test_hf_rollout_merges_lora_like_peft(tmp_path) -> None:
     from peft.utils.save_and_load import get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
-    from rlvr.cpu_rollout import HFSyncRollout
-    from rlvr.tiny_model import build_model
+    from rlvr.cpu.rollout import HFSyncRollout
+    from rlvr.models.tiny import build_model
 
     path = build_model(tmp_path / "a", seed=0)
     rollout = HFSyncRollout(
@@ -175,10 +175,10 @@ def test_hf_rollout_generates_like_plain_generate(tmp_path) -> None:
         from omegaconf import OmegaConf
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl import DataProto
-        from rlvr import cpu_compat
+        from rlvr.cpu import compat as cpu_compat
         cpu_compat.install()
-        from rlvr.cpu_rollout import HFSyncRollout
-        from rlvr.tiny_model import build_model
+        from rlvr.cpu.rollout import HFSyncRollout
+        from rlvr.models.tiny import build_model
         import transformers
 
         seen_kwargs = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rlvr.data import DataPrepError, parse_int, parse_int_list, write_splits
+from rlvr.data.prep import DataPrepError, parse_int, parse_int_list, write_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,11 +111,11 @@ def test_verl_rlhf_dataset_reads_our_parquet(tmp_path: Path, tiny_tokenizer, tas
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
     if task == "countdown":
-        from rlvr.countdown import prepare
+        from rlvr.tasks.countdown import prepare
 
         paths = prepare("generate", str(tmp_path / task), train_size=16, test_size=4).paths
     else:
-        from rlvr.gsm8k import prepare
+        from rlvr.tasks.gsm8k import prepare
 
         source = tmp_path / "g.jsonl"
         source.write_text(

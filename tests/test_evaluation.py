@@ -10,15 +10,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rlvr import eval_cli, evaluation, metrics
-from rlvr.generation import Generation, SamplingSettings
+from rlvr.evaluation import cli as eval_cli
+from rlvr.evaluation import metrics
+from rlvr.evaluation import runs as evaluation
+from rlvr.evaluation.generation import Generation, SamplingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def countdown_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.countdown import prepare
+    from rlvr.tasks.countdown import prepare
 
     out = tmp_path_factory.mktemp("data") / "countdown"
     return prepare("generate", str(out), train_size=8, test_size=6, seed=1).paths["test"]

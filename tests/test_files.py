@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.files import staged, write_json_atomic, write_text_atomic
+from rlvr.common.files import staged, write_json_atomic, write_text_atomic
 
 
 def test_writes_replace_the_target(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_read_safetensors_header(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from rlvr.files import read_safetensors_header
+    from rlvr.common.files import read_safetensors_header
 
     save_file({"w": torch.zeros(2, 3)}, tmp_path / "m.safetensors")
     header = read_safetensors_header(tmp_path / "m.safetensors")

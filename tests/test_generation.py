@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.generation import (
+from rlvr.evaluation.generation import (
     EvalError,
     HFBackend,
     ModelSource,

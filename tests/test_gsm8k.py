@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from rewards.gsm8k import compute_score
-from rlvr.data import DataPrepError
-from rlvr.gsm8k import ground_truth_from_answer, prepare
+from rlvr.data.prep import DataPrepError
+from rlvr.tasks.gsm8k import ground_truth_from_answer, prepare
 
 ROWS = [
     {

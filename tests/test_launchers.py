@@ -71,7 +71,7 @@ def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Pat
         f"{prefix}HF_HOME='/shared/hf cache'",
     } <= forwarded
     assert main_ppo["argv"][-1] == "trainer.total_training_steps=2"  # user overrides win
-    merge = next(c for c in _calls(tmp_path) if "rlvr.lora_merge" in c["argv"])
+    merge = next(c for c in _calls(tmp_path) if "rlvr.train.lora_merge" in c["argv"])
     assert merge["argv"][-3:] == [
         "--experiment",
         "countdown_qwen3_4b",
@@ -81,7 +81,7 @@ def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Pat
 
 def test_forwarded_values_survive_hydra_parsing() -> None:
     """A quoted override as the launcher writes it composes to the exact value."""
-    from rlvr.config import compose
+    from rlvr.train.config import compose
 
     value = "/data/it's here,a=b"
     quoted = value.replace("\\", "\\\\").replace("'", "\\'")

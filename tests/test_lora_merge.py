@@ -1,4 +1,4 @@
-"""LoRA checkpoint merging (rlvr/lora_merge.py) on checkpoints laid out as verl 0.6.1 writes them.
+"""LoRA checkpoint merging (rlvr/train/lora_merge.py) on checkpoints laid out as verl 0.6.1 writes.
 
 The verl layout is reproduced from verl/workers/fsdp_workers.py ``save_checkpoint`` and
 verl/utils/fsdp_utils.py ``layered_summon_lora_params``: adapter keys
@@ -23,9 +23,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rlvr import lora_merge
-from rlvr.generation import EvalError, HFBackend, resolve_model
-from rlvr.lora_merge import MergeError, merge_all, merge_checkpoint, safetensors_keys, weight_state
+from rlvr.evaluation.generation import EvalError, HFBackend, resolve_model
+from rlvr.train import lora_merge
+from rlvr.train.lora_merge import (
+    MergeError,
+    merge_all,
+    merge_checkpoint,
+    safetensors_keys,
+    weight_state,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -238,7 +244,7 @@ def test_merge_all_does_every_pending_lora_step(
     for file in ("config.json", "model.safetensors"):
         os.link(tiny_model_dir / file, plain / "huggingface" / file)
     code = (
-        "import sys; from rlvr.lora_merge import main; rc = main(sys.argv[1:]); "
+        "import sys; from rlvr.train.lora_merge import main; rc = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
     )
     for folder, expected in ((tmp_path / "plain", "no LoRA checkpoints"), (root, "all merged")):
@@ -270,7 +276,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
 
 
 def test_wrong_base_model_is_refused(tmp_path: Path, trained: Any) -> None:
-    from rlvr.tiny_model import build_model
+    from rlvr.models.tiny import build_model
 
     other = build_model(tmp_path / "one_layer", layers=1)
     actor = tmp_path / "actor"
@@ -282,7 +288,7 @@ def test_wrong_base_model_is_refused(tmp_path: Path, trained: Any) -> None:
 
 
 def test_lora_experiment_skips_the_peft_keyed_hf_model() -> None:
-    from rlvr.config import compose
+    from rlvr.train.config import compose
 
     lora = compose("countdown_qwen3_4b_lora").actor_rollout_ref.actor.checkpoint
     full = compose("countdown_qwen3_4b").actor_rollout_ref.actor.checkpoint

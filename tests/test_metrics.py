@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr import metrics
+from rlvr.evaluation import metrics
 
 
 def _pass_at_k_brute_force(n: int, c: int, k: int) -> float:

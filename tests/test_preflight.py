@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import compose
-from rlvr.countdown import prepare
-from rlvr.preflight import check
+from rlvr.tasks.countdown import prepare
+from rlvr.train.config import compose
+from rlvr.train.preflight import check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ class _Statvfs:
 
 
 def _fake_disk(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
-    monkeypatch.setattr("rlvr.checkpoint_budget.os.statvfs", lambda _path: _Statvfs(free))
+    monkeypatch.setattr("rlvr.train.checkpoint_budget.os.statvfs", lambda _path: _Statvfs(free))
 
 
 # countdown_cpu (8 train rows, batch 2) saving every step of 4 with 2 kept, and a declared

@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from rlvr.processes import processes_with, reap, run_bounded, started_processes, stop
+from rlvr.common.processes import processes_with, reap, run_bounded, started_processes, stop
 
 
 def _sleeper(marker: str) -> subprocess.Popen:

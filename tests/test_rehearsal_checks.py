@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import rehearsal_checks as checks
+from rlvr.train import rehearsal_checks as checks
 
 PYTHON = "/venv/bin/python"
 

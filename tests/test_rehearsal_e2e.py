@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.processes import run_bounded
+from rlvr.common.processes import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.sweep import (
+from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
+from rlvr.sweep.runner import (
     RAY_CLI,
     SweepError,
     SweepSpec,
@@ -31,7 +32,6 @@ from rlvr.sweep import (
     run_sweep,
     summarise_history,
 )
-from rlvr.sweep_plots import default_x_axis, plot_final_reward, write_report
 
 
 def test_grid_aliases_order_and_names() -> None:
@@ -241,7 +241,7 @@ def test_a_timed_out_ray_job_is_stopped_on_the_cluster(
         '[[ "$2" == submit ]] && sleep 60\nexit 0\n'
     )
     fake_ray.chmod(0o755)
-    monkeypatch.setattr("rlvr.sweep.RAY_CLI", str(fake_ray))
+    monkeypatch.setattr("rlvr.sweep.runner.RAY_CLI", str(fake_ray))
     spec = SweepSpec("remote", "countdown_cpu", parse_grid(["lr=1e-5"]))
     (status,) = run_sweep(
         spec, tmp_path / "s", ray_address="http://head:8265", timeout_s=1, echo=lambda _: None
@@ -263,7 +263,7 @@ def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
     launcher.write_text('#!/usr/bin/env bash\necho $$ > "$RLVR_LOG_DIR/pid"\nsleep 300\n')
     code = (
         "import sys; from pathlib import Path; "
-        "from rlvr.sweep import SweepSpec, parse_grid, run_sweep; "
+        "from rlvr.sweep.runner import SweepSpec, parse_grid, run_sweep; "
         "run_sweep(SweepSpec('c', 'countdown_cpu', parse_grid(['lr=1e-5'])), "
         f"Path({str(tmp_path / 's')!r}), launcher=Path({str(launcher)!r}))"
     )

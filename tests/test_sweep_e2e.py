@@ -44,8 +44,8 @@ def _wandb_run_record(run_dir: Path) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory):
-    from rlvr.countdown import prepare
-    from rlvr.tiny_model import build_model
+    from rlvr.models.tiny import build_model
+    from rlvr.tasks.countdown import prepare
 
     work = tmp_path_factory.mktemp("sweep")
     prepare("generate", str(work / "data/countdown"), train_size=32, test_size=8, seed=0)
@@ -132,7 +132,7 @@ def test_rerun_skips_finished_points(sweep) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "final_reward_vs_lr.png" in result.stdout
-    from rlvr.sweep import SweepSpec, parse_grid, run_sweep
+    from rlvr.sweep.runner import SweepSpec, parse_grid, run_sweep
 
     spec = SweepSpec(
         "mini",

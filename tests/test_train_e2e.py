@@ -28,8 +28,8 @@ def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.countdown import prepare
-    from rlvr.tiny_model import build_model
+    from rlvr.models.tiny import build_model
+    from rlvr.tasks.countdown import prepare
 
     work = tmp_path_factory.mktemp("e2e")
     prepare("generate", str(work / "data/countdown"), train_size=32, test_size=8, seed=0)

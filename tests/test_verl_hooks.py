@@ -40,7 +40,7 @@ def test_hook_leaves_torch_and_verl_unimported(cpu_compat: str) -> None:
     result = _run(
         """
         import json, sys
-        from rlvr import verl_hooks
+        from rlvr.train import verl_hooks
         verl_hooks.install()
         print(json.dumps({m: m in sys.modules for m in ("torch", "verl")}))
         """,
@@ -53,7 +53,7 @@ def test_wandb_patch_lands_when_verl_is_imported() -> None:
     result = _run(
         """
         import json
-        from rlvr import verl_hooks
+        from rlvr.train import verl_hooks
         verl_hooks.install()
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
         print(json.dumps({"patched": getattr(RayPPOTrainer.fit, "_rlvr_finishes_wandb", False)}))
@@ -66,7 +66,7 @@ def test_cpu_fixes_land_when_verl_is_imported() -> None:
     result = _run(
         """
         import json
-        from rlvr import verl_hooks
+        from rlvr.train import verl_hooks
         verl_hooks.install()
         import verl
         import torch.distributed as dist
@@ -85,7 +85,7 @@ def test_without_the_cpu_overlay_nothing_cpu_specific_is_patched() -> None:
     result = _run(
         """
         import json
-        from rlvr import verl_hooks
+        from rlvr.train import verl_hooks
         verl_hooks.install()
         import verl
         import torch.distributed as dist
@@ -100,7 +100,7 @@ def test_trace_records_devices_at_hook_and_at_torch_import(tmp_path: Path) -> No
     _run(
         """
         import json, os
-        from rlvr import verl_hooks
+        from rlvr.train import verl_hooks
         verl_hooks.install()
         os.environ["CUDA_VISIBLE_DEVICES"] = "3"   # what Ray does when the actor starts
         import torch

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.files import write_json_atomic, write_text_atomic
-from rlvr.processes import RAY_CLI
+from rlvr.common.files import write_json_atomic, write_text_atomic
+from rlvr.common.paths import ROOT
+from rlvr.common.processes import RAY_CLI
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 
 # Short grid names for the two axes the TuFT guide sweeps; any full Hydra key works too.

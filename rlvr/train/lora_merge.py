@@ -9,8 +9,9 @@ random layers. LoRA runs therefore skip ``hf_model`` (configs/adapter/lora32.yam
 module writes ``actor/huggingface`` itself: the base with the adapter merged by PEFT, in the
 base's own dtype, loadable with no missing or unexpected keys.
 
-    python -m rlvr.lora_merge artifacts/checkpoints/countdown_qwen3_4b_lora   # every step
-    python -m rlvr.lora_merge .../global_step_100/actor --base_model Qwen/Qwen3-4B-Instruct-2507
+    python -m rlvr.train.lora_merge artifacts/checkpoints/countdown_qwen3_4b_lora   # every step
+    python -m rlvr.train.lora_merge .../global_step_100/actor \
+        --base_model Qwen/Qwen3-4B-Instruct-2507
 
 A folder is replaced whole or not at all: the merge is built in a temporary sibling folder,
 checked by loading it back, and moved into place with ``os.replace``; verl's own
@@ -32,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.files import read_safetensors_header
-from rlvr.preflight import HUB_ID
+from rlvr.common.files import read_safetensors_header
+from rlvr.train.preflight import HUB_ID
 
 ADAPTER_DIR = "lora_adapter"
 HF_DIR = "huggingface"
@@ -270,7 +271,7 @@ def _actor_dir(path: Path) -> Path | None:
 
 def _experiment_root(experiment: str, overrides: list[str]) -> Path:
     """``trainer.default_local_dir`` of a composed experiment, as the launcher ran it."""
-    from rlvr.config import compose
+    from rlvr.train.config import compose
 
     try:
         return Path(str(compose(experiment, overrides).trainer.default_local_dir))
@@ -280,7 +281,7 @@ def _experiment_root(experiment: str, overrides: list[str]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rlvr.lora_merge",
+        prog="python -m rlvr.train.lora_merge",
         description="Merge verl LoRA checkpoints' lora_adapter/ into actor/huggingface/ (full "
         "model in the base's dtype). Checkpoints that already hold weights are left alone.",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+from rlvr.common.paths import CONFIG_DIR
 
 
 def experiments() -> list[str]:

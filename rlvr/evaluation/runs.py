@@ -2,8 +2,9 @@
 
 A run renders each Parquet prompt exactly as verl's ``RLHFDataset`` does in training (the
 tokenizer's chat template over the ``prompt`` messages, ``add_generation_prompt=True``, the same
-template kwargs, no extra special tokens), generates with a backend from ``rlvr.generation``,
-and grades every response with the task's reward module and the training run's reward kwargs.
+template kwargs, no extra special tokens), generates with a backend from
+``rlvr.evaluation.generation``, and grades every response with the task's reward module and
+the training run's reward kwargs.
 
 Each run directory holds ``samples.jsonl`` (appended as batches finish, so an interrupted run
 keeps its samples), ``prompts.jsonl`` (per-prompt statistics, sampling commands), and
@@ -22,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr import metrics
-from rlvr.files import staged, write_json_atomic
-from rlvr.generation import EvalError, Generation, SamplingSettings
-
-ROOT = Path(__file__).resolve().parents[1]
+from rlvr.common.files import staged, write_json_atomic
+from rlvr.common.paths import ROOT
+from rlvr.evaluation import metrics
+from rlvr.evaluation.generation import EvalError, Generation, SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def experiment_settings(experiment: str) -> tuple[dict[str, Any], dict[str, Any]
     """Reward kwargs and chat-template kwargs of a composed training experiment."""
     from omegaconf import OmegaConf
 
-    from rlvr.config import compose, experiments
+    from rlvr.train.config import compose, experiments
 
     if experiment not in experiments():
         raise EvalError(f"--experiment {experiment!r}: not one of {experiments()}")
@@ -137,7 +137,7 @@ class EvalRun:
     model_path: str
     data_path: str
     output_dir: Path
-    backend: Any  # rlvr.generation.Backend
+    backend: Any  # rlvr.evaluation.generation.Backend
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     prompts_per_chunk: int = 16

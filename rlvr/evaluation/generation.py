@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlvr.lora_merge import ADAPTER_DIR, MergeError, weight_state
-from rlvr.preflight import HUB_ID
+from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
+from rlvr.train.preflight import HUB_ID
 
 
 class EvalError(Exception):

@@ -2,8 +2,8 @@
 
 ``configs/rehearsal/cpu.yaml`` (used by ``hardware/cpu.yaml`` and by ``scripts/rehearse.sh``)
 sets ``RLVR_CPU_COMPAT=1`` for the Ray workers, and the setup hook every recipe runs
-(``rlvr.verl_hooks.install``, Ray's ``worker_process_setup_hook``) then calls ``install()`` here
-in every worker right after verl is first imported there. Each fix is skipped when CUDA is
+(``rlvr.train.verl_hooks.install``, Ray's ``worker_process_setup_hook``) then calls ``install()``
+here in every worker right after verl is first imported there. Each fix is skipped when CUDA is
 available, so the same environment trains on GPUs unchanged.
 The configuration half of the CPU path lives in those overlays: advertised Ray GPUs (verl's
 resource pool counts GPUs), SDPA attention, no remove-padding (flash-attn only), FSDP2, fp32.
@@ -19,7 +19,7 @@ Fix -> the symptom it cures:
 - ``_no_ref_offload``: ``CPU device type not an accelerator`` / ``Found no NVIDIA driver`` from
   the reference model's forced, pinned CPU offload.
 - ``_register_hf_rollout``: ``Rollout hf with mode sync not found`` (0.6.1 registers only vllm
-  and sglang); the rollout itself is ``rlvr.cpu_rollout.HFSyncRollout``.
+  and sglang); the rollout itself is ``rlvr.cpu.rollout.HFSyncRollout``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-HF_ROLLOUT = "rlvr.cpu_rollout.HFSyncRollout"
+HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 _installed = False
 
 

@@ -90,7 +90,7 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.lora_merge import MergeError, load_strictly, recorded_base
+    from rlvr.train.lora_merge import MergeError, load_strictly, recorded_base
 
     try:
         model = load_strictly(hf_dir)

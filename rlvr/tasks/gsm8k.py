@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewards import gsm8k as contract
-from rlvr.data import DataPrepError, chat_prompt, require_columns
+from rlvr.data.prep import DataPrepError, chat_prompt, require_columns
 
 DATA_SOURCE = "openai/gsm8k"
 HUB_DATASET = "openai/gsm8k"
@@ -96,7 +96,7 @@ def prepare(
     skip_bad_rows: bool = False,
 ) -> PrepResult:
     """Write ``train.parquet``, ``test.parquet`` (and ``val.parquet`` with ``val_size``)."""
-    from rlvr.data import load_source, write_splits
+    from rlvr.data.prep import load_source, write_splits
 
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.generation import EvalError, SamplingSettings
+from rlvr.evaluation.generation import EvalError, SamplingSettings
 
 COMMANDS = ("reward", "passk", "analyse", "stats", "filter", "compare")
 MODEL_COMMANDS = ("reward", "passk", "analyse")
@@ -211,7 +211,7 @@ def main(task_name: str, description: str, argv: list[str] | None = None) -> int
 
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:
-    from rlvr import evaluation
+    from rlvr.evaluation import runs as evaluation
 
     if args.command == "compare":
         base, trained = evaluation.load_summary(args.base), evaluation.load_summary(args.trained)
@@ -235,8 +235,8 @@ def _dispatch(task_name: str, args: argparse.Namespace) -> int:
 
 
 def _run_model_command(task_name: str, args: argparse.Namespace) -> int:
-    from rlvr import evaluation
-    from rlvr.generation import make_backend, resolve_model
+    from rlvr.evaluation import runs as evaluation
+    from rlvr.evaluation.generation import make_backend, resolve_model
 
     task = evaluation.TASKS[task_name]
     if args.model_path is None:

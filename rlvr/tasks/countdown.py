@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from rewards import countdown as contract
-from rlvr.data import DataPrepError, chat_prompt, parse_int, parse_int_list, require_columns
+from rlvr.data.prep import DataPrepError, chat_prompt, parse_int, parse_int_list, require_columns
 
 DATA_SOURCE = "countdown"
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
@@ -287,7 +287,7 @@ def prepare(
     """Load or generate tasks, split them, and write ``train/test.parquet`` atomically."""
     from tqdm import tqdm
 
-    from rlvr.data import load_source, write_splits
+    from rlvr.data.prep import load_source, write_splits
 
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")

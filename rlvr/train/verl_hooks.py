@@ -1,4 +1,4 @@
-"""Ray worker setup for every recipe run: ``worker_process_setup_hook: rlvr.verl_hooks.install``.
+"""Ray worker setup for every recipe run (``rlvr.train.verl_hooks.install``, Ray's setup hook).
 
 Set in ``configs/grpo.yaml``, so it runs in each Ray worker process (TaskRunner included) before
 verl's code does. It must not import torch or verl: Ray runs the hook *before* it sets the
@@ -13,7 +13,7 @@ The patches:
 - always: wandb losing the last steps. verl 0.6.1 calls ``wandb.finish()`` only in its tracker's
   ``__del__``, which does not run before Ray ends the TaskRunner, so queued history never
   reaches the run file. ``RayPPOTrainer.fit`` is wrapped to finish the run.
-- with ``RLVR_CPU_COMPAT=1`` (set by the CPU overlays) and no CUDA: ``rlvr.cpu_compat``.
+- with ``RLVR_CPU_COMPAT=1`` (set by the CPU overlays) and no CUDA: ``rlvr.cpu.compat``.
 - with ``RLVR_TRACE_DIR`` set (the CPU rehearsal): one JSON line per process recording
   ``CUDA_VISIBLE_DEVICES`` at hook time and when torch is first imported, so a rehearsal can
   prove the ordering above on every rank.
@@ -91,7 +91,7 @@ def install() -> None:
 
 
 def _install_cpu_compat() -> None:
-    from rlvr import cpu_compat
+    from rlvr.cpu import compat as cpu_compat
 
     cpu_compat.install()
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.sweep import REWARD_KEY, SweepError, SweepRow, write_tables
+from rlvr.sweep.runner import REWARD_KEY, SweepError, SweepRow, write_tables
 
 
 def default_x_axis(axes: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ Mirrors verl 0.6.1 (FSDP strategy):
   ``fsdp_config.model_dtype``, fp32 by default; AdamW keeps two moments of that dtype per
   trainable param); ``hf_model`` adds a full copy in the same dtype; LoRA adds
   ``lora_adapter/`` (fsdp_workers.save_checkpoint) while the shards still hold the full base,
-  and after the run rlvr.lora_merge adds a merged model to each kept LoRA checkpoint.
+  and after the run rlvr.train.lora_merge adds a merged model to each kept LoRA checkpoint.
 Ignored as small: extra state (scheduler, RNG), tokenizer, config and the dataloader's data.pt.
 The whole budget is assumed to land on one filesystem (a shared one on multi-node runs).
 """
@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.files import read_safetensors_header
+from rlvr.common.files import read_safetensors_header
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-# After a LoRA run, rlvr.lora_merge writes every kept checkpoint's actor/huggingface as the base
-# with the adapter merged, in the base's dtype; hub bases here (Qwen) are published in bf16.
+# After a LoRA run, rlvr.train.lora_merge writes every kept checkpoint's actor/huggingface as
+# the base with the adapter merged, in the base's dtype; hub bases here (Qwen) are published
+# in bf16.
 MERGED_DTYPE_DEFAULT = "bfloat16"
 
 
@@ -216,7 +217,7 @@ def free_bytes(directory: Path) -> int:
 
 
 def estimate(config: Any) -> Budget:
-    """The checkpoint budget of a composed config (``rlvr.config.compose``).
+    """The checkpoint budget of a composed config (``rlvr.train.config.compose``).
 
     Checkpoints an earlier run left in the directory are not subtracted: verl's rotation list
     starts empty in every run, so it never deletes them, and ``free`` already excludes them.

@@ -1,6 +1,6 @@
 """CPU rehearsal of a GPU experiment at its real world size, through the real launcher.
 
-Usage: python -m rlvr.rehearsal EXPERIMENT [--out DIR] [--gpus_per_node N] [--timeout_s S]
+Usage: python -m rlvr.train.rehearsal EXPERIMENT [--out DIR] [--gpus_per_node N] [--timeout_s S]
    (or: bash scripts/rehearse.sh EXPERIMENT)
 
 Runs the experiment's own composed config (batch sizes, group size, mini/micro batches, dynamic
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr import rehearsal_checks as checks
-from rlvr.checkpoint_budget import lora_rank
-from rlvr.processes import RAY_CLI, Finished, reap, run_bounded, stop
+from rlvr.common.paths import ROOT
+from rlvr.common.processes import RAY_CLI, Finished, reap, run_bounded, stop
+from rlvr.train import rehearsal_checks as checks
+from rlvr.train.checkpoint_budget import lora_rank
 
-ROOT = Path(__file__).resolve().parents[1]
 RESPONSE_LENGTH = 16
 VAL_ROWS = 16
 
@@ -58,7 +58,7 @@ class Plan:
 
 
 def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
-    from rlvr.config import compose, experiments
+    from rlvr.train.config import compose, experiments
 
     if experiment not in experiments():
         raise ValueError(f"unknown experiment {experiment!r}; one of {experiments()}")
@@ -127,16 +127,16 @@ def ranks_that_fit(real: int, nnodes: int, batch: int) -> int:
 
 def prepare_inputs(plan: Plan) -> str:
     """The tiny model and generated data, enough rows for 3 steps of the real batch size."""
-    from rlvr.tiny_model import build_model
+    from rlvr.models.tiny import build_model
 
     build_model(plan.out / "models/tiny")
     rows = plan.train_batch * 3
     if plan.task == "countdown":
-        from rlvr.countdown import prepare
+        from rlvr.tasks.countdown import prepare
 
         prepare("generate", str(plan.out / "data/countdown"), train_size=rows, test_size=VAL_ROWS)
     else:
-        from rlvr.gsm8k import prepare as prepare_gsm8k
+        from rlvr.tasks.gsm8k import prepare as prepare_gsm8k
 
         source = _synthetic_gsm8k(plan.out / "gsm8k_source", rows + VAL_ROWS)
         prepare_gsm8k(str(source), str(plan.out / "data/gsm8k"), val_size=VAL_ROWS)

@@ -1,6 +1,6 @@
 """Checks a launcher runs before Ray starts, so a typo fails in seconds, not after cluster start-up.
 
-Usage: python -m rlvr.preflight EXPERIMENT [hydra overrides...]   (exit 1 with the problems)
+Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 1 with the problems)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.checkpoint_budget import estimate, human
+from rlvr.train.checkpoint_budget import estimate, human
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PREP_COMMANDS = {
@@ -94,7 +94,7 @@ def _checkpoint_problems(config: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.config import compose
+    from rlvr.train.config import compose
 
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
