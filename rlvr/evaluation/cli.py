@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.evaluation.generation import EvalError, SamplingSettings
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.generation import SamplingSettings
 
 COMMANDS = ("reward", "passk", "analyse", "stats", "filter", "compare")
 MODEL_COMMANDS = ("reward", "passk", "analyse")

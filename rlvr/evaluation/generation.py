@@ -19,12 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlvr.evaluation.errors import EvalError
+from rlvr.models.hub import HUB_ID
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
-from rlvr.train.preflight import HUB_ID
-
-
-class EvalError(Exception):
-    """Bad eval input (missing model, unreadable data...): scripts print it and exit 2."""
 
 
 @dataclass

@@ -26,7 +26,8 @@ from typing import Any
 from rlvr.common.files import staged, write_json_atomic
 from rlvr.common.paths import ROOT
 from rlvr.evaluation import metrics
-from rlvr.evaluation.generation import EvalError, Generation, SamplingSettings
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.generation import Generation, SamplingSettings
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.files import read_safetensors_header
-from rlvr.train.preflight import HUB_ID
+from rlvr.models.hub import HUB_ID
 
 ADAPTER_DIR = "lora_adapter"
 HF_DIR = "huggingface"

@@ -6,14 +6,13 @@ Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 1 
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from rlvr.models.hub import HUB_ID
 from rlvr.train.checkpoint_budget import estimate, human
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PREP_COMMANDS = {
     "countdown": "uv run scripts/data_prep_countdown.py",
     "gsm8k": "uv run scripts/data_prep_gsm8k.py --val_size 500",
