@@ -12,7 +12,8 @@ import argparse
 import tempfile
 import time
 
-from rlvr.tasks.countdown import GeneratorSpec, generate_tasks, prepare, solve
+from rlvr.tasks.countdown import prepare
+from rlvr.tasks.countdown_puzzles import GeneratorSpec, generate_puzzles, solve
 
 TARGET_S = 20.0
 
@@ -24,7 +25,7 @@ def main() -> int:
     args = parser.parse_args()
 
     start = time.perf_counter()
-    tasks = generate_tasks(args.n, GeneratorSpec(seed=0))
+    tasks = generate_puzzles(args.n, GeneratorSpec(seed=0))
     gen_s = time.perf_counter() - start
     print(f"generator: {args.n:,} tasks in {gen_s:.2f} s ({args.n / gen_s:,.0f} tasks/s)")
 

@@ -12,21 +12,28 @@ import pytest
 from rewards.countdown import compute_score
 from rlvr.data.prep import DataPrepError
 from rlvr.tasks import countdown
-from rlvr.tasks.countdown import GeneratorSpec, Task, generate_tasks, prepare, solve, split_tasks
+from rlvr.tasks.countdown import prepare
+from rlvr.tasks.countdown_puzzles import (
+    GeneratorSpec,
+    Puzzle,
+    generate_puzzles,
+    solve,
+    split_puzzles,
+)
 
 
 def test_generator_is_deterministic_and_in_spec() -> None:
     spec = GeneratorSpec(num_range=(3, 5), max_number=50, target_range=(10, 300), seed=7)
-    first = generate_tasks(2000, spec)
-    assert first == generate_tasks(2000, spec)
-    assert first != generate_tasks(2000, GeneratorSpec((3, 5), 50, (10, 300), seed=8))
+    first = generate_puzzles(2000, spec)
+    assert first == generate_puzzles(2000, spec)
+    assert first != generate_puzzles(2000, GeneratorSpec((3, 5), 50, (10, 300), seed=8))
     assert {len(t.numbers) for t in first} == {3, 4, 5}
     assert all(1 <= n <= 50 for t in first for n in t.numbers)
     assert all(10 <= t.target <= 300 for t in first)
 
 
 def test_every_generated_solution_scores_one() -> None:
-    for task in generate_tasks(3000, GeneratorSpec(seed=1)):
+    for task in generate_puzzles(3000, GeneratorSpec(seed=1)):
         gt = {"target": task.target, "numbers": list(task.numbers)}
         assert (
             compute_score("countdown", f"<answer>{task.solution}</answer>", gt)["score"] == 1.0
@@ -34,13 +41,13 @@ def test_every_generated_solution_scores_one() -> None:
 
 
 def test_sizes_are_balanced() -> None:
-    hist = countdown.numbers_histogram(generate_tasks(4000, GeneratorSpec(seed=3)))
+    hist = countdown.numbers_histogram(generate_puzzles(4000, GeneratorSpec(seed=3)))
     assert abs(hist[3] - hist[4]) < 300
 
 
 def test_generator_reports_impossible_ranges() -> None:
     with pytest.raises(DataPrepError, match="target_range"):
-        generate_tasks(1, GeneratorSpec(num_range=(2, 2), max_number=1, target_range=(50, 60)))
+        generate_puzzles(1, GeneratorSpec(num_range=(2, 2), max_number=1, target_range=(50, 60)))
     with pytest.raises(DataPrepError, match="num_range"):
         GeneratorSpec(num_range=(1, 3))
 
@@ -70,7 +77,7 @@ def test_solver(numbers: list[int], target: int, solvable: bool) -> None:
 
 def test_solver_agrees_with_generator() -> None:
     rng = random.Random(0)
-    for task in generate_tasks(200, GeneratorSpec(seed=5)):
+    for task in generate_puzzles(200, GeneratorSpec(seed=5)):
         assert solve(task.numbers, task.target) is not None
         # a random target is solvable exactly when the solver says so (checked via the reward)
         target = rng.randint(1, 500)
@@ -80,27 +87,27 @@ def test_solver_agrees_with_generator() -> None:
             assert compute_score("x", f"<answer>{found}</answer>", gt)["score"] == 1.0
 
 
-def _tasks(n: int) -> list[Task]:
-    return [Task((i % 7 + 1, i % 5 + 2, 3), i % 11, "", i) for i in range(n)]
+def _tasks(n: int) -> list[Puzzle]:
+    return [Puzzle((i % 7 + 1, i % 5 + 2, 3), i % 11, "", i) for i in range(n)]
 
 
 def test_split_policy() -> None:
     tasks = _tasks(200)
-    report = split_tasks(tasks, test_size=20, train_size=None, seed=1)
+    report = split_puzzles(tasks, test_size=20, train_size=None, seed=1)
     assert report.test == tasks[:20]  # first rows, in order
     test_keys = {t.key for t in report.test}
     assert not any(t.key in test_keys for t in report.train)
     assert report.dropped_overlap == 180 - len(report.train)
     assert report.dropped_overlap > 0
-    again = split_tasks(tasks, test_size=20, train_size=None, seed=1)
+    again = split_puzzles(tasks, test_size=20, train_size=None, seed=1)
     assert again.train == report.train
-    assert split_tasks(tasks, test_size=20, train_size=None, seed=2).train != report.train
-    assert len(split_tasks(tasks, 20, train_size=5, seed=1).train) == 5
+    assert split_puzzles(tasks, test_size=20, train_size=None, seed=2).train != report.train
+    assert len(split_puzzles(tasks, 20, train_size=5, seed=1).train) == 5
 
 
 def test_split_errors() -> None:
     with pytest.raises(DataPrepError, match="not enough"):
-        split_tasks(_tasks(5), test_size=5, train_size=None, seed=0)
+        split_puzzles(_tasks(5), test_size=5, train_size=None, seed=0)
 
 
 @pytest.mark.parametrize("template", countdown.TEMPLATES)
@@ -154,9 +161,9 @@ def test_local_file_sources(tmp_path: Path, suffix: str) -> None:
     source = _write_source(tmp_path / f"tasks{suffix}", HUB_LIKE)
     result = prepare(str(source), str(tmp_path / "out"), test_size=1, seed=0, require_solvable=True)
     # [1,1,1]->100 is unsolvable; [7,3,2]->13 duplicates the test task [2,3,7]->13
-    assert result.report.dropped_unsolvable == 1
-    assert result.report.dropped_overlap == 1
-    assert len(result.report.train) == 3
+    assert result.dropped["unsolvable"] == 1
+    assert result.dropped["overlap"] == 1
+    assert result.counts["train"] == 3
     train = pd.read_parquet(result.paths["train"])
     for _, row in train.iterrows():
         answer = f"<answer>{row['extra_info']['solution']}</answer>"
@@ -168,7 +175,7 @@ def test_local_dataset_folder(tmp_path: Path) -> None:
 
     datasets.Dataset.from_list(HUB_LIKE).save_to_disk(str(tmp_path / "saved"))
     result = prepare(str(tmp_path / "saved"), str(tmp_path / "out"), test_size=2, seed=0)
-    assert len(result.report.test) == 2
+    assert result.counts["test"] == 2
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rlvr import tasks
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation import metrics
 from rlvr.evaluation import runs as evaluation
@@ -85,7 +86,7 @@ def _responses(rows) -> dict[int, list[str]]:
 def _scripted_run(tmp_path: Path, data: Path, tokenizer) -> evaluation.EvalRun:
     rows = evaluation.load_rows(data)
     return evaluation.EvalRun(
-        task=evaluation.TASKS["countdown"],
+        task=tasks.get("countdown"),
         model_path="scripted",
         data_path=str(data),
         output_dir=tmp_path / "run",

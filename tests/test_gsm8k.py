@@ -88,7 +88,7 @@ def test_bad_row_fails_or_is_skipped(tmp_path: Path) -> None:
         prepare(str(source), str(tmp_path / "out"), test_size=2)
     assert not (tmp_path / "out").exists()
     result = prepare(str(source), str(tmp_path / "out"), test_size=2, skip_bad_rows=True)
-    assert result.skipped == 1 and result.counts["train"] == 8
+    assert result.dropped == {"unparsable": 1} and result.counts["train"] == 8
 
 
 def test_missing_columns_and_test_split(tmp_path: Path) -> None:

@@ -8,11 +8,12 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+# The columns verl's RLHFDataset and reward manager read from every row.
+DATA_COLUMNS = ("data_source", "prompt", "reward_model")
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -115,6 +116,8 @@ def write_splits(
     Every split is written to a temporary folder beside the destination first; only when all
     are written are they moved into place.
     """
+    import pandas as pd
+
     destination = Path(local_dir)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
@@ -139,14 +142,26 @@ def write_splits(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def run_prep_cli(prepare_call: Callable[[], Any]) -> int:
+@dataclass
+class PrepResult:
+    """What a task's prep wrote: files and row counts by split, rows dropped by reason, one
+    example row, and the summary lines the CLI prints."""
+
+    paths: dict[str, Path]
+    counts: dict[str, int]
+    dropped: dict[str, int]
+    example: dict[str, Any]
+    lines: list[str]
+
+
+def run_prep_cli(prepare_call: Callable[[], PrepResult]) -> int:
     """Run a task's ``prepare``; print its summary and an example row, or the error (exit 2)."""
     try:
         result = prepare_call()
     except DataPrepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for line in result.summary_lines():
+    for line in result.lines:
         print(line)
     print("example row:")
     print(json.dumps(result.example, indent=2))

@@ -236,14 +236,15 @@ def _dispatch(task_name: str, args: argparse.Namespace) -> int:
 
 
 def _run_model_command(task_name: str, args: argparse.Namespace) -> int:
+    from rlvr import tasks
     from rlvr.evaluation import runs as evaluation
     from rlvr.evaluation.generation import make_backend, resolve_model
 
-    task = evaluation.TASKS[task_name]
+    task = tasks.get(task_name)
     if args.model_path is None:
         raise EvalError(f"{args.command} needs --model_path")
     source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
-    data_path = args.data or str(evaluation.ROOT / task.default_data)
+    data_path = args.data or str(task.eval_data)
     rows = evaluation.load_rows(data_path, args.limit)
 
     reward_kwargs, max_response_length = task.training_settings()

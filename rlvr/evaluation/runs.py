@@ -13,7 +13,6 @@ keeps its samples), ``prompts.jsonl`` (per-prompt statistics, sampling commands)
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -25,39 +24,11 @@ from typing import Any
 
 from rlvr.common.files import staged, write_json_atomic
 from rlvr.common.paths import ROOT
+from rlvr.data.prep import DATA_COLUMNS
 from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Generation, SamplingSettings
-
-
-@dataclass(frozen=True)
-class EvalTask:
-    name: str
-    reward_module: str
-    default_data: str  # relative to the repository root
-
-    @property
-    def overlay(self) -> Path:
-        return ROOT / "configs" / "task" / f"{self.name}.yaml"
-
-    def reward(self) -> Callable[..., dict[str, Any]]:
-        return importlib.import_module(self.reward_module).compute_score
-
-    def training_settings(self) -> tuple[dict[str, Any], int]:
-        """The task overlay's reward kwargs and max response length (what training uses)."""
-        from omegaconf import OmegaConf
-
-        overlay = OmegaConf.load(self.overlay)
-        kwargs: Any = OmegaConf.to_container(overlay.custom_reward_function.reward_kwargs)
-        return dict(kwargs), int(overlay.data.max_response_length)
-
-
-TASKS = {
-    "countdown": EvalTask(
-        "countdown", "rewards.countdown", "artifacts/data/countdown/test.parquet"
-    ),
-    "gsm8k": EvalTask("gsm8k", "rewards.gsm8k", "artifacts/data/gsm8k/test.parquet"),
-}
+from rlvr.tasks import TaskSpec
 
 
 def experiment_settings(experiment: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -79,9 +50,6 @@ def experiment_settings(experiment: str) -> tuple[dict[str, Any], dict[str, Any]
 # ---------------------------------------------------------------- prompts
 
 
-REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
-
-
 def load_rows(data_path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """The first ``limit`` rows of a data-prep Parquet, checked for verl's columns."""
     import pandas as pd
@@ -93,7 +61,7 @@ def load_rows(data_path: str | Path, limit: int | None = None) -> list[dict[str,
         frame = pd.read_parquet(path)
     except Exception as exc:
         raise EvalError(f"--data {path}: not a readable Parquet file ({exc})") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    missing = [c for c in DATA_COLUMNS if c not in frame.columns]
     if missing:
         raise EvalError(f"--data {path}: missing column(s) {missing}; expected verl's schema")
     if frame.empty:
@@ -134,7 +102,7 @@ def _jsonable(value: Any) -> Any:
 class EvalRun:
     """One eval run: the model, the data, how to grade, and where the results go."""
 
-    task: EvalTask
+    task: TaskSpec
     model_path: str
     data_path: str
     output_dir: Path
@@ -154,7 +122,7 @@ class EvalRun:
         from tqdm import tqdm
 
         tokenizer = self.backend.tokenizer
-        compute_score = self.task.reward()
+        compute_score = self.task.load_reward()
         self.output_dir.mkdir(parents=True, exist_ok=True)
         graded: list[list[dict[str, Any]]] = []
         bar = tqdm(

@@ -1,19 +1,29 @@
-"""Countdown data: the task generator, an exact solver, prompt templates and verl-schema rows.
+"""The Countdown task: prompt templates, verl-schema rows, data prep and its spec.
 
 The prompt text comes from ``rewards.countdown`` (the contract the reward grades), so a prompt
-and its grader cannot drift apart.
+and its grader cannot drift apart; the puzzles themselves are in ``countdown_puzzles``.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
+import argparse
+from pathlib import Path
 from typing import Any
 
 from rewards import countdown as contract
-from rlvr.data.prep import DataPrepError, chat_prompt, parse_int, parse_int_list, require_columns
+from rlvr.common.paths import ROOT
+from rlvr.data.prep import DataPrepError, PrepResult, chat_prompt, load_source, write_splits
+from rlvr.tasks.countdown_puzzles import (
+    GeneratorSpec,
+    Puzzle,
+    SplitReport,
+    generate_puzzles,
+    numbers_histogram,
+    puzzles_from_dataset,
+    solve,
+    split_puzzles,
+)
+from rlvr.tasks.spec import TaskSpec
 
 DATA_SOURCE = "countdown"
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
@@ -24,188 +34,8 @@ SYSTEM_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class Task:
-    numbers: tuple[int, ...]
-    target: int
-    solution: str = ""  # an expression that reaches the target, when known
-    source_index: int = -1
-
-    @property
-    def key(self) -> tuple[tuple[int, ...], int]:
-        """Identity for split de-duplication: the numbers as a multiset, and the target."""
-        return tuple(sorted(self.numbers)), self.target
-
-
-# --- generator -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GeneratorSpec:
-    num_range: tuple[int, int] = (3, 4)  # how many numbers a task has, inclusive
-    max_number: int = 99
-    target_range: tuple[int, int] = (1, 100)
-    seed: int = 42
-
-    def __post_init__(self) -> None:
-        low, high = self.num_range
-        if not 2 <= low <= high <= 8:
-            raise DataPrepError(f"--num_range {low},{high}: need 2 <= low <= high <= 8")
-        if self.max_number < 1:
-            raise DataPrepError(f"--max_number {self.max_number}: must be at least 1")
-        if self.target_range[0] > self.target_range[1]:
-            raise DataPrepError(f"--target_range {self.target_range}: low is above high")
-
-
-def _random_solution(rng: random.Random, numbers: list[int]) -> tuple[int, str]:
-    """Combine the numbers with a random binary tree of integer-valued operations.
-
-    Intermediates stay non-negative integers (the classic Countdown rules), which the reward's
-    rational grammar also accepts, so every generated solution scores 1.0 by construction.
-    """
-    items = [(n, str(n)) for n in numbers]
-    rng.shuffle(items)
-    while len(items) > 1:
-        i = rng.randrange(len(items) - 1)
-        (a, a_text), (b, b_text) = items[i], items[i + 1]
-        if rng.random() < 0.5:
-            (a, a_text), (b, b_text) = (b, b_text), (a, a_text)
-        ops = ["+", "*"]
-        if a > b:
-            ops.append("-")
-        if b > 1 and a % b == 0:
-            ops.append("/")
-        op = rng.choice(ops)
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else 0}[op]
-        items[i : i + 2] = [(value, f"({a_text} {op} {b_text})")]
-    value, text = items[0]
-    return value, text[1:-1] if text.startswith("(") else text
-
-
-def generate_tasks(count: int, spec: GeneratorSpec, progress: Any = None) -> list[Task]:
-    """``count`` solvable tasks, deterministic for a given spec (its seed included)."""
-    rng = random.Random(spec.seed)
-    low_t, high_t = spec.target_range
-    tasks: list[Task] = []
-    for _ in range(count):
-        # The size is drawn per task, then kept while retrying, so sizes stay uniform even when
-        # larger sets miss the target range more often.
-        size = rng.randint(*spec.num_range)
-        for _attempt in range(10_000):
-            numbers = [rng.randint(1, spec.max_number) for _ in range(size)]
-            value, solution = _random_solution(rng, numbers)
-            if low_t <= value <= high_t:
-                break
-        else:
-            raise DataPrepError(
-                f"could not generate {size}-number tasks with targets in {spec.target_range}: "
-                "widen --target_range or change --max_number"
-            )
-        tasks.append(Task(tuple(numbers), value, solution, len(tasks)))
-        if progress is not None:
-            progress.update(1)
-    return tasks
-
-
-# --- exact solver --------------------------------------------------------------------------------
-
-
-def solve(numbers: Sequence[int], target: int) -> str | None:
-    """An expression using every number once with + - * / that equals ``target``, or None.
-
-    Exact over the rationals, the same grammar the reward accepts.
-    """
-    goal = Fraction(target)
-    dead: set[tuple[Fraction, ...]] = set()
-
-    def search(items: list[tuple[Fraction, str]]) -> str | None:
-        if len(items) == 1:
-            return items[0][1] if items[0][0] == goal else None
-        state = tuple(sorted(v for v, _ in items))
-        if state in dead:
-            return None
-        for i in range(len(items)):
-            for j in range(i + 1, len(items)):
-                (a, a_text), (b, b_text) = items[i], items[j]
-                rest = [items[k] for k in range(len(items)) if k not in (i, j)]
-                candidates = [
-                    (a + b, f"({a_text} + {b_text})"),
-                    (a * b, f"({a_text} * {b_text})"),
-                    (a - b, f"({a_text} - {b_text})"),
-                    (b - a, f"({b_text} - {a_text})"),
-                ]
-                if b:
-                    candidates.append((a / b, f"({a_text} / {b_text})"))
-                if a:
-                    candidates.append((b / a, f"({b_text} / {a_text})"))
-                for candidate in candidates:
-                    found = search([*rest, candidate])
-                    if found is not None:
-                        return found
-        dead.add(state)
-        return None
-
-    found = search([(Fraction(n), str(n)) for n in numbers])
-    if found is not None and found.startswith("(") and len(numbers) > 1:
-        found = found[1:-1]
-    return found
-
-
-# --- sources, splits, rows -----------------------------------------------------------------------
-
-
-def tasks_from_dataset(dataset: Any, where: str) -> list[Task]:
-    """Tasks from a dataset with ``nums`` (list) and ``target`` columns."""
-    require_columns(dataset, ["nums", "target"], where)
-    tasks = []
-    for index, row in enumerate(dataset):
-        at = f"{where}: row {index}"
-        numbers = parse_int_list(row["nums"], f"{at}, field 'nums'")
-        if not numbers:
-            raise DataPrepError(f"{at}, field 'nums': empty list")
-        if any(n < 0 for n in numbers):
-            raise DataPrepError(f"{at}, field 'nums': negative number in {numbers}")
-        target = parse_int(row["target"], f"{at}, field 'target'")
-        tasks.append(Task(tuple(numbers), target, "", index))
-    return tasks
-
-
-@dataclass
-class SplitReport:
-    train: list[Task]
-    test: list[Task]
-    dropped_overlap: int = 0
-    dropped_unsolvable: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
-def split_tasks(
-    tasks: list[Task], test_size: int, train_size: int | None, seed: int
-) -> SplitReport:
-    """The seed's split: test = the first ``test_size`` rows, train = the rest shuffled with
-    ``seed`` (capped at ``train_size``). Train rows whose (numbers, target) is in test are dropped.
-    """
-    if test_size < 1:
-        raise DataPrepError("--test_size must be at least 1")
-    if len(tasks) <= test_size:
-        raise DataPrepError(
-            f"only {len(tasks)} tasks: not enough for --test_size {test_size} plus a train split"
-        )
-    test = tasks[:test_size]
-    rest = tasks[test_size:]
-    random.Random(seed).shuffle(rest)
-    test_keys = {t.key for t in test}
-    train = [t for t in rest if t.key not in test_keys]
-    dropped = len(rest) - len(train)
-    if train_size is not None:
-        train = train[:train_size]
-    if not train:
-        raise DataPrepError("the train split is empty after removing overlaps with test")
-    return SplitReport(train=train, test=test, dropped_overlap=dropped)
-
-
-def build_prompt(task: Task, template: str) -> list[dict[str, str]]:
-    text = contract.task_text(task.numbers, task.target)
+def build_prompt(puzzle: Puzzle, template: str) -> list[dict[str, str]]:
+    text = contract.task_text(puzzle.numbers, puzzle.target)
     if template == "chat":
         return chat_prompt(text, SYSTEM_PROMPT)
     if template == "think":
@@ -215,65 +45,73 @@ def build_prompt(task: Task, template: str) -> list[dict[str, str]]:
     raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
 
 
-def to_row(task: Task, split: str, index: int, template: str, source: str) -> dict[str, Any]:
+def to_row(puzzle: Puzzle, split: str, index: int, template: str, source: str) -> dict[str, Any]:
     """One verl RLHFDataset row; ``reward_model.ground_truth`` is what the reward reads."""
-    numbers = [int(n) for n in task.numbers]
+    numbers = [int(n) for n in puzzle.numbers]
     return {
         "data_source": DATA_SOURCE,
-        "prompt": build_prompt(task, template),
+        "prompt": build_prompt(puzzle, template),
         "ability": "math",
         "reward_model": {
             "style": "rule",
-            "ground_truth": {"target": int(task.target), "numbers": numbers},
+            "ground_truth": {"target": int(puzzle.target), "numbers": numbers},
         },
         "extra_info": {
             "split": split,
             "index": index,
             "source": source,
-            "source_index": int(task.source_index),
+            "source_index": int(puzzle.source_index),
             "nums": numbers,
-            "target": int(task.target),
-            "solution": task.solution,
+            "target": int(puzzle.target),
+            "solution": puzzle.solution,
             "template": template,
         },
     }
 
 
-def numbers_histogram(tasks: Iterable[Task]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for task in tasks:
-        counts[len(task.numbers)] = counts.get(len(task.numbers), 0) + 1
-    return dict(sorted(counts.items()))
+def summary_lines(report: SplitReport, paths: dict[str, Path]) -> list[str]:
+    every = report.train + report.test
+    targets = [p.target for p in every]
+    histogram_text = ", ".join(f"{k}: {v}" for k, v in numbers_histogram(every).items())
+    return [
+        f"train: {len(report.train)} rows -> {paths['train']}",
+        f"test: {len(report.test)} rows -> {paths['test']}",
+        f"dropped: {report.dropped_overlap} train rows also in test, "
+        f"{report.dropped_unsolvable} unsolvable",
+        f"stats: numbers per task {{{histogram_text}}}, "
+        f"target range [{min(targets)}, {max(targets)}]",
+    ]
 
 
-# --- the whole prep ------------------------------------------------------------------------------
+def _load_puzzles(
+    source: str, dataset: str, count: int, generator: GeneratorSpec
+) -> tuple[list[Puzzle], str]:
+    from tqdm import tqdm
+
+    if source == "generate":
+        with tqdm(total=count, desc="generating", unit="task", disable=count < 5000) as bar:
+            return generate_puzzles(count, generator, bar), f"generate(seed={generator.seed})"
+    splits = load_source(source, dataset)
+    where = dataset if source == "hf" else source
+    if "train" not in splits:
+        raise DataPrepError(f"{where}: no 'train' split (found {sorted(splits)})")
+    return puzzles_from_dataset(splits["train"], where), where
 
 
-@dataclass
-class PrepResult:
-    paths: dict[str, Any]
-    report: SplitReport
-    example: dict[str, Any]
+def _solvable(puzzles: list[Puzzle]) -> tuple[list[Puzzle], int]:
+    from tqdm import tqdm
 
-    def summary_lines(self) -> list[str]:
-        r = self.report
-        every = r.train + r.test
-        targets = [t.target for t in every]
-        histogram_text = ", ".join(f"{k}: {v}" for k, v in numbers_histogram(every).items())
-        lines = [
-            f"train: {len(r.train)} rows -> {self.paths['train']}",
-            f"test: {len(r.test)} rows -> {self.paths['test']}",
-            f"dropped: {r.dropped_overlap} train rows also in test, "
-            f"{r.dropped_unsolvable} unsolvable",
-            f"stats: numbers per task {{{histogram_text}}}, "
-            f"target range [{min(targets)}, {max(targets)}]",
-        ]
-        return lines + r.notes
+    kept = []
+    for puzzle in tqdm(puzzles, desc="solving", unit="task", disable=len(puzzles) < 2000):
+        solution = puzzle.solution or solve(puzzle.numbers, puzzle.target)
+        if solution is not None:
+            kept.append(Puzzle(puzzle.numbers, puzzle.target, solution, puzzle.source_index))
+    return kept, len(puzzles) - len(kept)
 
 
 def prepare(
     source: str,
-    local_dir: str,
+    local_dir: str | Path,
     *,
     dataset: str = HUB_DATASET,
     template: str = "chat",
@@ -284,45 +122,99 @@ def prepare(
     require_solvable: bool = False,
     generated_train_default: int = 10_000,
 ) -> PrepResult:
-    """Load or generate tasks, split them, and write ``train/test.parquet`` atomically."""
-    from tqdm import tqdm
-
-    from rlvr.data.prep import load_source, write_splits
-
+    """Load or generate puzzles, split them, and write ``train/test.parquet`` atomically."""
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
-    notes: list[str] = []
-    if source == "generate":
-        spec = generator or GeneratorSpec(seed=seed)
-        count = test_size + (train_size if train_size is not None else generated_train_default)
-        with tqdm(total=count, desc="generating", unit="task", disable=count < 5000) as bar:
-            tasks = generate_tasks(count, spec, bar)
-        source_name = f"generate(seed={spec.seed})"
-    else:
-        splits = load_source(source, dataset)
-        where = dataset if source == "hf" else source
-        if "train" not in splits:
-            raise DataPrepError(f"{where}: no 'train' split (found {sorted(splits)})")
-        tasks = tasks_from_dataset(splits["train"], where)
-        source_name = dataset if source == "hf" else str(source)
-
+    count = test_size + (train_size if train_size is not None else generated_train_default)
+    puzzles, source_name = _load_puzzles(
+        source, dataset, count, generator or GeneratorSpec(seed=seed)
+    )
     dropped_unsolvable = 0
     if require_solvable:
-        kept = []
-        for task in tqdm(tasks, desc="solving", unit="task", disable=len(tasks) < 2000):
-            solution = task.solution or solve(task.numbers, task.target)
-            if solution is None:
-                dropped_unsolvable += 1
-            else:
-                kept.append(Task(task.numbers, task.target, solution, task.source_index))
-        tasks = kept
-
-    report = split_tasks(tasks, test_size, train_size, seed)
+        puzzles, dropped_unsolvable = _solvable(puzzles)
+    report = split_puzzles(puzzles, test_size, train_size, seed)
     report.dropped_unsolvable = dropped_unsolvable
-    report.notes = notes
     rows = {
-        split: [to_row(t, split, i, template, source_name) for i, t in enumerate(chosen)]
+        split: [to_row(p, split, i, template, source_name) for i, p in enumerate(chosen)]
         for split, chosen in (("train", report.train), ("test", report.test))
     }
     paths = write_splits(local_dir, rows)
-    return PrepResult(paths=paths, report=report, example=rows["train"][0])
+    return PrepResult(
+        paths=paths,
+        counts={split: len(r) for split, r in rows.items()},
+        dropped={"overlap": report.dropped_overlap, "unsolvable": dropped_unsolvable},
+        example=rows["train"][0],
+        lines=summary_lines(report, paths),
+    )
+
+
+# --- the command line and the spec ---------------------------------------------------------------
+
+
+def _int_pair(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two integers like 3,4") from None
+    return low, high
+
+
+def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--source", default="hf", help="hf, generate, or a local file/folder path")
+    add("--dataset", default=HUB_DATASET, help="hub dataset name for --source hf")
+    add(
+        "--template",
+        default="chat",
+        choices=TEMPLATES,
+        help="chat: system+user for instruct models; think: reason in <think> first "
+        "(Qwen3-style); fewshot: the seed's worked example prepended",
+    )
+    add(
+        "--train_size",
+        type=int,
+        default=None,
+        help="cap on train rows (generate: how many to make, default 10000)",
+    )
+    add("--test_size", type=int, default=1024, help="test rows: the first N tasks")
+    add("--seed", type=int, default=42, help="train shuffle and generator seed")
+    add("--num_range", type=_int_pair, default=(3, 4), help="generate: numbers per task, low,high")
+    add("--max_number", type=int, default=99, help="generate: largest number")
+    add("--target_range", type=_int_pair, default=(1, 100), help="generate: target low,high")
+    add(
+        "--require_solvable",
+        action="store_true",
+        help="hub/file sources: drop tasks with no exact solution, and count them",
+    )
+
+
+def prepare_from_args(args: argparse.Namespace) -> PrepResult:
+    generator = GeneratorSpec(args.num_range, args.max_number, args.target_range, args.seed)
+    return prepare(
+        args.source,
+        args.local_dir,
+        dataset=args.dataset,
+        template=args.template,
+        train_size=args.train_size,
+        test_size=args.test_size,
+        seed=args.seed,
+        generator=generator,
+        require_solvable=args.require_solvable,
+    )
+
+
+def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
+    """Generated puzzles: train.parquet and test.parquet (the validation split) under ``out``."""
+    prepare("generate", out, train_size=train_rows, test_size=val_rows)
+
+
+SPEC = TaskSpec(
+    name="countdown",
+    data_source=DATA_SOURCE,
+    reward_file=ROOT / "rewards" / "countdown.py",
+    summary="Countdown: reach a target with + - * / using each given number once.",
+    add_prep_arguments=add_prep_arguments,
+    prepare=prepare_from_args,
+    offline_data=offline_data,
+    default_experiment="countdown_qwen3_4b",
+)

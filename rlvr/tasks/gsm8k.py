@@ -1,16 +1,27 @@
-"""GSM8K data: ground-truth extraction, prompt templates and verl-schema rows.
+"""The GSM8K task: ground-truth extraction, prompt templates, verl-schema rows, prep, spec.
 
 The instruction text comes from ``rewards.gsm8k`` (the contract the reward grades).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rewards import gsm8k as contract
-from rlvr.data.prep import DataPrepError, chat_prompt, require_columns
+from rlvr.common.paths import ROOT
+from rlvr.data.prep import (
+    DataPrepError,
+    PrepResult,
+    chat_prompt,
+    load_source,
+    require_columns,
+    write_splits,
+)
+from rlvr.tasks.spec import TaskSpec
 
 DATA_SOURCE = "openai/gsm8k"
 HUB_DATASET = "openai/gsm8k"
@@ -54,19 +65,6 @@ def to_row(
     }
 
 
-@dataclass
-class PrepResult:
-    paths: dict[str, Any]
-    counts: dict[str, int]
-    skipped: int
-    example: dict[str, Any]
-
-    def summary_lines(self) -> list[str]:
-        lines = [f"{split}: {n} rows -> {self.paths[split]}" for split, n in self.counts.items()]
-        lines.append(f"skipped: {self.skipped} rows without a parsable final answer")
-        return lines
-
-
 def _rows(dataset: Any, split: str, where: str, template: str, skip_bad: bool) -> tuple[list, int]:
     require_columns(dataset, ["question", "answer"], where)
     rows, skipped = [], 0
@@ -86,7 +84,7 @@ def _rows(dataset: Any, split: str, where: str, template: str, skip_bad: bool) -
 
 def prepare(
     source: str,
-    local_dir: str,
+    local_dir: str | Path,
     *,
     template: str = "chat",
     train_size: int | None = None,
@@ -96,8 +94,6 @@ def prepare(
     skip_bad_rows: bool = False,
 ) -> PrepResult:
     """Write ``train.parquet``, ``test.parquet`` (and ``val.parquet`` with ``val_size``)."""
-    from rlvr.data.prep import load_source, write_splits
-
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
     splits = load_source(source, HUB_DATASET, HUB_CONFIG)
@@ -130,4 +126,77 @@ def prepare(
         for split, items in out.items()
     }
     paths = write_splits(local_dir, rows)
-    return PrepResult(paths, {s: len(r) for s, r in rows.items()}, skipped, rows["train"][0])
+    lines = [f"{split}: {len(r)} rows -> {paths[split]}" for split, r in rows.items()]
+    lines.append(f"skipped: {skipped} rows without a parsable final answer")
+    counts = {split: len(r) for split, r in rows.items()}
+    return PrepResult(paths, counts, {"unparsable": skipped}, rows["train"][0], lines)
+
+
+# --- the command line and the spec ---------------------------------------------------------------
+
+
+def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--source", default="hf", help="hf, or a local file/folder path")
+    add(
+        "--template",
+        default="chat",
+        choices=TEMPLATES,
+        help="chat: step by step, answer after ####; think: reason in <think> first",
+    )
+    add("--train_size", type=int, default=None, help="cap on train rows")
+    add(
+        "--test_size",
+        type=int,
+        default=None,
+        help="cap on test rows; with a source that has no test split, the first N rows",
+    )
+    add("--val_size", type=int, default=0, help="validation rows carved out of train")
+    add("--seed", type=int, default=42, help="train shuffle seed")
+    add(
+        "--skip_bad_rows",
+        action="store_true",
+        help="skip rows whose answer has no parsable number (and count them) instead of failing",
+    )
+
+
+def prepare_from_args(args: argparse.Namespace) -> PrepResult:
+    return prepare(
+        args.source,
+        args.local_dir,
+        template=args.template,
+        train_size=args.train_size,
+        test_size=args.test_size,
+        val_size=args.val_size,
+        seed=args.seed,
+        skip_bad_rows=args.skip_bad_rows,
+    )
+
+
+def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
+    """GSM8K-format word problems (question, worked answer ending in '#### N'), prepared into
+    train/val/test Parquet under ``out`` (the source files go to a sibling folder)."""
+    source = out.parent / f"{out.name}_source"
+    source.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", train_rows + val_rows), ("test", val_rows)):
+        lines = []
+        for i in range(count):
+            a, b = 3 + i % 17, 5 + i % 11
+            question = f"Sam has {a} apples and buys {b} more. How many apples does Sam have?"
+            answer = f"Sam has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"
+            lines.append(json.dumps({"question": question, "answer": answer}))
+        (source / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    prepare(str(source), out, val_size=val_rows)
+
+
+SPEC = TaskSpec(
+    name="gsm8k",
+    data_source=DATA_SOURCE,
+    reward_file=ROOT / "rewards" / "gsm8k.py",
+    summary="GSM8K: grade-school word problems, graded on the final number.",
+    add_prep_arguments=add_prep_arguments,
+    prepare=prepare_from_args,
+    offline_data=offline_data,
+    default_experiment="gsm8k_qwen2_5_3b",
+    prep_flags=" --val_size 500",
+)

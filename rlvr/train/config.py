@@ -7,10 +7,23 @@ from typing import Any
 
 from rlvr.common.paths import CONFIG_DIR
 
+VERL_CONFIGS = "pkg://verl.trainer.config"
+
 
 def experiments() -> list[str]:
     """Names of the runnable experiments (top-level YAML files except the base)."""
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "grpo")
+
+
+def _task_search_path() -> list[str]:
+    """Config roots of registered tasks kept outside configs/ (a plugin, a test's own task):
+    with them on Hydra's search path, ``task=NAME`` finds their overlays."""
+    from rlvr import tasks
+
+    extra = sorted({str(s.config_dir) for s in tasks.all_specs() if s.config_dir != CONFIG_DIR})
+    if not extra:
+        return []
+    return [f"hydra.searchpath=[{','.join([VERL_CONFIGS, *(f'file://{d}' for d in extra)])}]"]
 
 
 def compose(
@@ -21,6 +34,7 @@ def compose(
     from hydra import initialize_config_dir
 
     root_override = [f"paths.root={Path(root or CONFIG_DIR.parent).resolve()}"]
+    root_override += _task_search_path()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         return hydra_compose(
             config_name=experiment, overrides=root_override + list(overrides or [])

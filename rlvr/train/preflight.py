@@ -10,30 +10,50 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlvr import tasks
+from rlvr.data.prep import DATA_COLUMNS
 from rlvr.models.hub import HUB_ID
+from rlvr.tasks import TaskSpec
 from rlvr.train.checkpoint_budget import estimate, human
 
-PREP_COMMANDS = {
-    "countdown": "uv run scripts/data_prep_countdown.py",
-    "gsm8k": "uv run scripts/data_prep_gsm8k.py --val_size 500",
-}
 
+def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
+    """Each data file exists, is Parquet with verl's columns, and holds rows of the task the
+    reward grades (GSM8K rows under the Countdown reward would all score 0, silently)."""
+    import pyarrow.parquet as pq
 
-def _prep_hint(path: str) -> str:
-    for task, command in PREP_COMMANDS.items():
-        if f"/{task}/" in path:
-            return f"; create it with: {command}"
-    return ""
-
-
-def check(config: Any, visible_gpus: int | None = None) -> list[str]:
-    """Problems with a composed config, as messages; empty when it is ready to launch."""
     problems = []
+    hint = f"; create it with: {task.prep_command}" if task else ""
     for key in ("train_files", "val_files"):
         files = config.data[key]
         for path in [files] if isinstance(files, str) else list(files):
             if not Path(path).is_file():
-                problems.append(f"data.{key}: {path} does not exist{_prep_hint(path)}")
+                problems.append(f"data.{key}: {path} does not exist{hint}")
+                continue
+            try:
+                table = pq.read_table(path, columns=["data_source"])
+                schema = pq.read_schema(path)
+            except Exception as exc:
+                problems.append(f"data.{key}: {path} is not readable Parquet ({exc}){hint}")
+                continue
+            missing = [c for c in DATA_COLUMNS if c not in schema.names]
+            if missing:
+                problems.append(f"data.{key}: {path} lacks column(s) {missing}{hint}")
+                continue
+            sources = sorted({str(s) for s in table.column("data_source").to_pylist()})
+            if task and sources != [task.data_source]:
+                problems.append(
+                    f"data.{key}: {path} holds data_source {sources}, but the reward grades "
+                    f"{task.name} ({task.data_source!r}); point data.{key} at {task.name} data"
+                    f"{hint}"
+                )
+    return problems
+
+
+def check(config: Any, visible_gpus: int | None = None) -> list[str]:
+    """Problems with a composed config, as messages; empty when it is ready to launch."""
+    task = tasks.for_config(config)
+    problems = _data_problems(config, task)
 
     model_path = str(config.actor_rollout_ref.model.path)
     if not Path(model_path).expanduser().exists() and not HUB_ID.match(model_path):
@@ -104,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
     if not problems:
+        task = tasks.for_config(config)
         print(
-            f"pre-flight: {args[0]} ok ({config.trainer.nnodes} node(s) x "
-            f"{config.trainer.n_gpus_per_node} GPU(s), model {config.actor_rollout_ref.model.path})"
+            f"pre-flight: {args[0]} ok (task {task.name if task else 'unregistered'}, "
+            f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s), "
+            f"model {config.actor_rollout_ref.model.path})"
         )
     return 1 if problems else 0
 

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr import tasks
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import RAY_CLI, Finished, reap, run_bounded, stop
+from rlvr.tasks import TaskSpec
 from rlvr.train import rehearsal_checks as checks
 from rlvr.train.checkpoint_budget import lora_rank
 
@@ -74,7 +76,7 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
         nnodes=nnodes,
         gpus_per_node=per_node,
         train_batch=batch,
-        task=Path(config.custom_reward_function.path).stem,
+        task=_task_of(config).name,
         lora=lora_rank(config) > 0,
         save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
     )
@@ -125,38 +127,24 @@ def ranks_that_fit(real: int, nnodes: int, batch: int) -> int:
     return 1
 
 
+def _task_of(config: Any) -> TaskSpec:
+    spec = tasks.for_config(config)
+    if spec is None:
+        raise ValueError(
+            f"{config.custom_reward_function.path}: the reward of no registered task "
+            f"({tasks.names()}); the rehearsal generates data through the task's spec"
+        )
+    return spec
+
+
 def prepare_inputs(plan: Plan) -> str:
-    """The tiny model and generated data, enough rows for 3 steps of the real batch size."""
+    """The tiny model and offline data, enough rows for 3 steps of the real batch size."""
     from rlvr.models.tiny import build_model
 
     build_model(plan.out / "models/tiny")
     rows = plan.train_batch * 3
-    if plan.task == "countdown":
-        from rlvr.tasks.countdown import prepare
-
-        prepare("generate", str(plan.out / "data/countdown"), train_size=rows, test_size=VAL_ROWS)
-    else:
-        from rlvr.tasks.gsm8k import prepare as prepare_gsm8k
-
-        source = _synthetic_gsm8k(plan.out / "gsm8k_source", rows + VAL_ROWS)
-        prepare_gsm8k(str(source), str(plan.out / "data/gsm8k"), val_size=VAL_ROWS)
+    tasks.get(plan.task).offline_data(plan.out / "data" / plan.task, rows, VAL_ROWS)
     return f"tiny model, {rows} generated {plan.task} training rows, {VAL_ROWS} for validation"
-
-
-def _synthetic_gsm8k(folder: Path, rows: int) -> Path:
-    """GSM8K-format word problems (question, worked answer ending in '#### N')."""
-    import json
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, count in (("train", rows), ("test", VAL_ROWS)):
-        lines = []
-        for i in range(count):
-            a, b = 3 + i % 17, 5 + i % 11
-            question = f"Sam has {a} apples and buys {b} more. How many apples does Sam have?"
-            answer = f"Sam has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"
-            lines.append(json.dumps({"question": question, "answer": answer}))
-        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
 
 
 @dataclass

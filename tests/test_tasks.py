@@ -1,0 +1,60 @@
+"""The registry's contract, checked for every registered task: a new task is tested by
+registering it, with no list here to edit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlvr import tasks
+from rlvr.data.prep import DATA_COLUMNS
+from rlvr.tasks import TaskSpec, prep_cli
+from rlvr.train.config import compose, experiments
+
+SPECS = tasks.all_specs()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_default_experiment_composes_with_the_tasks_own_reward(spec: TaskSpec) -> None:
+    assert spec.default_experiment in experiments()
+    assert tasks.for_config(compose(spec.default_experiment)) is spec
+    assert spec.overlay.is_file()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_offline_data_is_graded_by_the_tasks_reward(spec: TaskSpec, tmp_path: Path) -> None:
+    spec.offline_data(tmp_path / spec.name, 6, 4)
+    reward = spec.load_reward()
+    kwargs, _ = spec.training_settings()
+    frame = pd.read_parquet(tmp_path / spec.name / "train.parquet")
+    assert len(frame) == 6 and set(DATA_COLUMNS) <= set(frame.columns)
+    assert set(frame["data_source"]) == {spec.data_source}
+    for row in frame.to_dict("records"):
+        truth = row["reward_model"]["ground_truth"]
+        graded = reward(spec.data_source, "no answer here", truth, row["extra_info"], **kwargs)
+        assert graded["score"] == 0.0, graded  # a non-answer scores nothing...
+        assert graded.get("bad_ground_truth", 0.0) == 0.0, graded  # ...and the truth is gradable
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_prep_cli_lists_the_tasks_flags(spec: TaskSpec, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        prep_cli.main(spec.name, ["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert spec.summary in out and "--local_dir" in out
+
+
+def test_for_reward_path_ignores_a_foreign_reward(tmp_path: Path) -> None:
+    assert tasks.for_reward_path(tmp_path / "rewards" / "other.py") is None
+    assert tasks.for_reward_path(tmp_path / "rewards" / "countdown.py") is tasks.get("countdown")
+
+
+def test_a_second_spec_under_a_taken_name_is_refused() -> None:
+    countdown = tasks.get("countdown")
+    clash = TaskSpec(**{**countdown.__dict__, "summary": "another countdown"})
+    with pytest.raises(tasks.TaskError, match="already registered"):
+        tasks.register(clash)
+    assert tasks.register(countdown) is countdown  # the same spec again is a no-op
