@@ -10,15 +10,26 @@ with its end-of-turn token fixed. An existing folder is kept unless --force.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
+
+from rlvr.common.files import staged_dir
 
 DEFAULT_DIRS = {
     "tiny": "artifacts/models/tiny",
     "smollm2": "artifacts/models/smollm2-135m-instruct",
 }
+
+
+def _build(model: str, folder: Path) -> None:
+    if model == "tiny":
+        from rlvr.models.tiny import build_model
+
+        build_model(folder)
+    else:
+        from rlvr.models.smollm2 import build
+
+        build(folder)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,31 +38,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default=None, help="output folder (default artifacts/models/<name>)"
     )
-    parser.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild, replacing what the folder holds"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out or DEFAULT_DIRS[args.model])
-    if (out / "config.json").exists() and not args.force:
-        print(f"{out} exists; keeping it (--force rebuilds)")
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    if out.exists() and not args.force:
+        if (out / "config.json").exists():
+            print(f"{out} exists; keeping it (--force rebuilds)")
+            return 0
+        if not out.is_dir() or any(out.iterdir()):
+            print(
+                f"error: --out {out}: exists and is not a model folder; choose another --out, "
+                "or --force to replace it",
+                file=sys.stderr,
+            )
+            return 2
     try:
-        if args.model == "tiny":
-            from rlvr.models.tiny import build_model
-
-            build_model(staging)
-        else:
-            from rlvr.models.smollm2 import build
-
-            build(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        with staged_dir(out) as staging:  # the old folder is replaced only by a finished build
+            _build(args.model, staging)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     print(f"built {args.model} -> {out}")
     return 0
 

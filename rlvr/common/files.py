@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,33 @@ def staged(path: Path) -> Iterator[Path]:
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
+
+
+@contextmanager
+def staged_dir(destination: Path) -> Iterator[Path]:
+    """A fresh folder beside ``destination``, moved onto it whole only if the block finishes.
+
+    An existing ``destination`` is replaced only then (the caller decides whether it may be:
+    see ``--force`` in the CLIs); an interrupted block leaves it as it was.
+    """
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
+    try:
+        yield staging
+        aside = None
+        if destination.exists():
+            aside = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
+            os.replace(destination, aside)
+        try:
+            os.replace(staging, destination)
+        except BaseException:
+            if aside is not None:
+                os.replace(aside, destination)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
