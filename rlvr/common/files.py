@@ -25,6 +25,22 @@ def staged(path: Path) -> Iterator[Path]:
         staging.unlink(missing_ok=True)
 
 
+def swap_in(new: Path, destination: Path, aside: Path) -> Path | None:
+    """Move folder ``new`` onto ``destination``; an existing destination is first renamed to
+    ``aside`` (returned; None when there was nothing) and put back if the second move fails."""
+    moved = None
+    if destination.exists():
+        os.replace(destination, aside)
+        moved = aside
+    try:
+        os.replace(new, destination)
+    except BaseException:
+        if moved is not None:
+            os.replace(moved, destination)
+        raise
+    return moved
+
+
 @contextmanager
 def staged_dir(destination: Path) -> Iterator[Path]:
     """A fresh folder beside ``destination``, moved onto it whole only if the block finishes.
@@ -36,17 +52,8 @@ def staged_dir(destination: Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
     try:
         yield staging
-        aside = None
-        if destination.exists():
-            aside = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
-            os.replace(destination, aside)
-        try:
-            os.replace(staging, destination)
-        except BaseException:
-            if aside is not None:
-                os.replace(aside, destination)
-            raise
-        if aside is not None:
+        aside = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
+        if swap_in(staging, destination, aside) is not None:
             shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

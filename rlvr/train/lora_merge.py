@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.common.files import read_safetensors_header
+from rlvr.common.files import read_safetensors_header, swap_in
 from rlvr.models.hub import HUB_ID
 
 ADAPTER_DIR = "lora_adapter"
@@ -149,15 +148,7 @@ def merge_checkpoint(
     try:
         dtype = _write_merged(adapter, base, temp, carry)
         load_strictly(temp, dtype="auto")
-        if hf.exists():
-            aside = _free_name(actor / SET_ASIDE)
-            os.replace(hf, aside)
-        try:
-            os.replace(temp, hf)
-        except OSError:
-            if aside is not None:
-                os.replace(aside, hf)
-            raise
+        aside = swap_in(temp, hf, _free_name(actor / SET_ASIDE))
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
