@@ -58,3 +58,15 @@ def test_a_second_spec_under_a_taken_name_is_refused() -> None:
     with pytest.raises(tasks.TaskError, match="already registered"):
         tasks.register(clash)
     assert tasks.register(countdown) is countdown  # the same spec again is a no-op
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("size", ["-3", "10000001", "ten"])
+def test_split_sizes_are_checked_before_any_work(
+    spec: TaskSpec, size: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A negative size used to slice rows away silently; now the flag is named, nothing runs."""
+    with pytest.raises(SystemExit) as exit_:
+        prep_cli.main(spec.name, ["--train_size", size, "--local_dir", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and "--train_size" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

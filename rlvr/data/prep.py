@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -100,6 +101,34 @@ def parse_int(value: Any, where: str) -> int:
         return number
     except (TypeError, ValueError, OverflowError):
         raise DataPrepError(f"{where}: {value!r} is not an integer") from None
+
+
+MAX_ROWS = 10_000_000  # beyond any real split; a typo'd size fails here, not after hours
+
+
+def row_count(text: str) -> int:
+    """An argparse type for a number of rows: a whole number from 0 to MAX_ROWS."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(f"{value} rows: must be between 0 and {MAX_ROWS:,}")
+    return value
+
+
+def add_split_arguments(
+    parser: argparse.ArgumentParser, *, test_default: int | None, train_help: str, test_help: str
+) -> None:
+    """The flags every task's prep shares: the template, split sizes, the shuffle seed."""
+    parser.add_argument("--train_size", type=row_count, default=None, help=train_help)
+    parser.add_argument("--test_size", type=row_count, default=test_default, help=test_help)
+    parser.add_argument("--seed", type=int, default=42, help="shuffle (and generator) seed")
+
+
+def split_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of :func:`add_split_arguments`' flags, as ``prepare`` keyword arguments."""
+    return {"train_size": args.train_size, "test_size": args.test_size, "seed": args.seed}
 
 
 def chat_prompt(user: str, system: str | None = None) -> list[dict[str, str]]:

@@ -7,12 +7,20 @@ and its grader cannot drift apart; the puzzles themselves are in ``countdown_puz
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from rewards import countdown as contract
-from rlvr.common.paths import ROOT
-from rlvr.data.prep import DataPrepError, PrepResult, chat_prompt, load_source, write_splits
+from rlvr.data.prep import (
+    DataPrepError,
+    PrepResult,
+    add_split_arguments,
+    chat_prompt,
+    load_source,
+    split_options,
+    write_splits,
+)
 from rlvr.tasks.countdown_puzzles import (
     GeneratorSpec,
     Puzzle,
@@ -170,14 +178,12 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
         help="chat: system+user for instruct models; think: reason in <think> first "
         "(Qwen3-style); fewshot: the seed's worked example prepended",
     )
-    add(
-        "--train_size",
-        type=int,
-        default=None,
-        help="cap on train rows (generate: how many to make, default 10000)",
+    add_split_arguments(
+        parser,
+        test_default=1024,
+        train_help="cap on train rows (generate: how many to make, default 10000)",
+        test_help="test rows: the first N tasks",
     )
-    add("--test_size", type=int, default=1024, help="test rows: the first N tasks")
-    add("--seed", type=int, default=42, help="train shuffle and generator seed")
     add("--num_range", type=_int_pair, default=(3, 4), help="generate: numbers per task, low,high")
     add("--max_number", type=int, default=99, help="generate: largest number")
     add("--target_range", type=_int_pair, default=(1, 100), help="generate: target low,high")
@@ -195,11 +201,9 @@ def prepare_from_args(args: argparse.Namespace) -> PrepResult:
         args.local_dir,
         dataset=args.dataset,
         template=args.template,
-        train_size=args.train_size,
-        test_size=args.test_size,
-        seed=args.seed,
         generator=generator,
         require_solvable=args.require_solvable,
+        **split_options(args),
     )
 
 
@@ -208,13 +212,8 @@ def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
     prepare("generate", out, train_size=train_rows, test_size=val_rows)
 
 
-SPEC = TaskSpec(
-    name="countdown",
-    data_source=DATA_SOURCE,
-    reward_file=ROOT / "rewards" / "countdown.py",
+SPEC = TaskSpec.from_module(
+    sys.modules[__name__],
     summary="Countdown: reach a target with + - * / using each given number once.",
-    add_prep_arguments=add_prep_arguments,
-    prepare=prepare_from_args,
-    offline_data=offline_data,
     default_experiment="countdown_qwen3_4b",
 )

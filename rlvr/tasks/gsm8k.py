@@ -8,17 +8,20 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
 from rewards import gsm8k as contract
-from rlvr.common.paths import ROOT
 from rlvr.data.prep import (
     DataPrepError,
     PrepResult,
+    add_split_arguments,
     chat_prompt,
     load_source,
     require_columns,
+    row_count,
+    split_options,
     write_splits,
 )
 from rlvr.tasks.spec import TaskSpec
@@ -144,15 +147,13 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
         choices=TEMPLATES,
         help="chat: step by step, answer after ####; think: reason in <think> first",
     )
-    add("--train_size", type=int, default=None, help="cap on train rows")
-    add(
-        "--test_size",
-        type=int,
-        default=None,
-        help="cap on test rows; with a source that has no test split, the first N rows",
+    add_split_arguments(
+        parser,
+        test_default=None,
+        train_help="cap on train rows",
+        test_help="cap on test rows; with a source that has no test split, the first N rows",
     )
-    add("--val_size", type=int, default=0, help="validation rows carved out of train")
-    add("--seed", type=int, default=42, help="train shuffle seed")
+    add("--val_size", type=row_count, default=0, help="validation rows carved out of train")
     add(
         "--skip_bad_rows",
         action="store_true",
@@ -165,11 +166,9 @@ def prepare_from_args(args: argparse.Namespace) -> PrepResult:
         args.source,
         args.local_dir,
         template=args.template,
-        train_size=args.train_size,
-        test_size=args.test_size,
         val_size=args.val_size,
-        seed=args.seed,
         skip_bad_rows=args.skip_bad_rows,
+        **split_options(args),
     )
 
 
@@ -189,14 +188,9 @@ def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
     prepare(str(source), out, val_size=val_rows)
 
 
-SPEC = TaskSpec(
-    name="gsm8k",
-    data_source=DATA_SOURCE,
-    reward_file=ROOT / "rewards" / "gsm8k.py",
+SPEC = TaskSpec.from_module(
+    sys.modules[__name__],
     summary="GSM8K: grade-school word problems, graded on the final number.",
-    add_prep_arguments=add_prep_arguments,
-    prepare=prepare_from_args,
-    offline_data=offline_data,
     default_experiment="gsm8k_qwen2_5_3b",
     prep_flags=" --val_size 500",
 )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rlvr.common.paths import ARTIFACTS, CONFIG_DIR, ROOT
@@ -42,6 +43,22 @@ class TaskSpec:
     eval_split: str = "test"
     prep_flags: str = ""  # flags the prep hint adds, e.g. " --val_size 500"
     config_dir: Path = CONFIG_DIR  # the config root holding task/<name>.yaml
+
+    @classmethod
+    def from_module(cls, module: ModuleType, **fields: Any) -> TaskSpec:
+        """A spec from a task module's conventional names (``DATA_SOURCE``,
+        ``add_prep_arguments``, ``prepare_from_args``, ``offline_data``), named after the module,
+        graded by ``rewards/<name>.py``; ``fields`` give the rest or override."""
+        name = module.__name__.rsplit(".", 1)[-1]
+        conventional: dict[str, Any] = {
+            "name": name,
+            "data_source": module.DATA_SOURCE,
+            "reward_file": ROOT / "rewards" / f"{name}.py",
+            "add_prep_arguments": module.add_prep_arguments,
+            "prepare": module.prepare_from_args,
+            "offline_data": module.offline_data,
+        }
+        return cls(**{**conventional, **fields})
 
     @property
     def overlay(self) -> Path:
