@@ -3,12 +3,15 @@
 Usage: uv run scripts/eval_gsm8k.py --model_path DIR [--limit N] [COMMAND [options]]
   reward   greedy: mean score, pass@1, format rate, mean response length (the default)
   passk    --n 16 --k 1,4,8,16: unbiased pass@k
-  analyse  --rollout_n 16: per-prompt variance and entropy, and whether GRPO can learn here
+  analyse  --n 16 (alias --rollout_n): per-prompt variance and entropy, and whether GRPO can learn
   stats    --input RUN: the high-value prompts of an analyse run
   filter   --input RUN --output FILE.parquet: those prompts as training data
   compare  BASE TRAINED: a Markdown table of two runs with deltas
+The options of reward/passk/analyse may come before or after the command. A run folder
+(--output) is written whole at the end; an existing one is refused unless --force is given,
+which replaces it once the new run has completed (the same for compare/filter --output).
 
-Example: uv run scripts/eval_gsm8k.py --model_path /path/to/base_model analyse --rollout_n 16
+Example: uv run scripts/eval_gsm8k.py --model_path /path/to/base_model analyse --n 16
 """
 
 from rlvr.evaluation.cli import main

@@ -48,7 +48,7 @@ echo "== 2/5 model: $MODEL"
 
 echo "== 3/5 eval before training (greedy, 32 test prompts)"
 "${PY[@]}" scripts/eval_countdown.py --model_path "$BASE_MODEL_DIR" --data "$DATA/test.parquet" \
-    --max_tokens 48 --quiet --output "$OUT/eval_before" reward > /dev/null
+    --max_tokens 48 --quiet --force --output "$OUT/eval_before" reward > /dev/null
 
 echo "== 4/5 GRPO: $STEPS step(s) of real verl on CPU (log under artifacts/logs/)"
 timeout 3600 bash scripts/launch_grpo.sh countdown_cpu \
@@ -60,7 +60,7 @@ grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" | sed -E 's/.*(step:[
 
 echo "== 5/5 eval after training: $CHECKPOINT"
 "${PY[@]}" scripts/eval_countdown.py --model_path "$CHECKPOINT" --data "$DATA/test.parquet" \
-    --max_tokens 48 --quiet --output "$OUT/eval_after" reward > /dev/null
+    --max_tokens 48 --quiet --force --output "$OUT/eval_after" reward > /dev/null
 
 echo
 echo "Quickstart report ($MODEL, $STEPS GRPO step(s), $((SECONDS - START)) s)"

@@ -1,10 +1,13 @@
-"""The eval engine and CLI: verl-identical prompts, every command, outputs, and bad input."""
+"""The eval engine and CLI: verl-identical prompts, every command, outputs, run folders that
+never mix two runs, and bad input."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +15,14 @@ import pytest
 
 from rlvr import tasks
 from rlvr.evaluation import cli as eval_cli
-from rlvr.evaluation import metrics
+from rlvr.evaluation import metrics, outputs, records, reports, selection
 from rlvr.evaluation import runs as evaluation
+from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Generation, SamplingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+SAMPLED = SamplingSettings(n=4, temperature=1.0)
+PASS_AT_1_2_4 = ["pass@1", "pass@2", "pass@4"]
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +57,23 @@ def test_eval_renders_the_prompt_tokens_verl_trains_on(countdown_data: Path, tin
 
 class ScriptedBackend:
     """Plays fixed responses (by prompt) through the real grading path; generation is the only
-    part replaced, so every metric can be checked against hand-computed values."""
+    part replaced, so every metric can be checked against hand-computed values. With
+    ``fail_on_call`` it raises on that call to ``generate``, like a backend dying mid-run."""
 
     name = "scripted"
 
-    def __init__(self, tokenizer, responses: dict[int, list[str]], rows) -> None:
+    def __init__(self, tokenizer, responses: dict[int, list[str]], rows, fail_on_call=0) -> None:
         self.tokenizer = tokenizer
         self.by_prompt = {
             tuple(evaluation.render_prompt(tokenizer, row["prompt"])): responses[row["_index"]]
             for row in rows
         }
+        self.calls, self.fail_on_call = 0, fail_on_call
 
     def generate(self, prompts, sampling: SamplingSettings):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("the backend fell over")
         out = []
         for ids in prompts:
             texts = self.by_prompt[tuple(ids)]
@@ -83,74 +94,93 @@ def _responses(rows) -> dict[int, list[str]]:
     return {i: scripted.get(i, [garbage] * 4) for i in range(len(rows))}
 
 
-def _scripted_run(tmp_path: Path, data: Path, tokenizer) -> evaluation.EvalRun:
+def _scripted_run(
+    output: Path, data: Path, tokenizer, fail_on_call: int = 0, force: bool = False
+) -> evaluation.EvalRun:
     rows = evaluation.load_rows(data)
     return evaluation.EvalRun(
         task=tasks.get("countdown"),
         model_path="scripted",
         data_path=str(data),
-        output_dir=tmp_path / "run",
-        backend=ScriptedBackend(tokenizer, _responses(rows), rows),
+        output_dir=output,
+        backend=ScriptedBackend(tokenizer, _responses(rows), rows, fail_on_call),
         reward_kwargs={"format_score": 0.1},
         prompts_per_chunk=4,
         progress=False,
+        force=force,
     )
 
 
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_analyse_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
-    run = _scripted_run(tmp_path, countdown_data, tiny_tokenizer)
-    rows = evaluation.load_rows(countdown_data)
-    summary = evaluation.run_analyse(run, rows, SamplingSettings(n=4, temperature=1.0))
+    run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
+    summary = evaluation.run_analyse(run, evaluation.load_rows(countdown_data), SAMPLED)
+    found = summary.metrics
     # success rates 1, .5, .25, 0, 0, 0 over 6 prompts
-    assert summary["accuracy"] == pytest.approx(1.75 / 6)
+    assert found["accuracy"] == pytest.approx(1.75 / 6)
     prompt2 = [1.0, 0.1, 0.1, 0.0]  # one right, two well-formed wrong (format score), one empty
     expected_variance = (0.0 + 0.25 + metrics.variance(prompt2)) / 6
-    assert summary["mean_variance"] == pytest.approx(expected_variance)
-    assert summary["nonzero_variance_fraction"] == pytest.approx(2 / 6)
-    assert summary["learnable_fraction"] == pytest.approx(2 / 6)  # prompts 1 and 2
-    assert summary["mean_outcome_entropy"] == pytest.approx((1.0 + 0.8112781244591328) / 6)
-    assert summary["mean_token_entropy"] == pytest.approx(0.5)
-    assert summary["verdict"] == "ready_for_grpo"
-    records = [json.loads(x) for x in (run.output_dir / "prompts.jsonl").read_text().splitlines()]
-    assert [r["success_rate"] for r in records] == [1.0, 0.5, 0.25, 0.0, 0.0, 0.0]
-    samples = (run.output_dir / "samples.jsonl").read_text().splitlines()
-    assert len(samples) == 24 and "logprobs" not in json.loads(samples[0])
+    assert found["mean_variance"] == pytest.approx(expected_variance)
+    assert found["nonzero_variance_fraction"] == pytest.approx(2 / 6)
+    assert found["learnable_fraction"] == pytest.approx(2 / 6)  # prompts 1 and 2
+    assert found["mean_outcome_entropy"] == pytest.approx((1.0 + 0.8112781244591328) / 6)
+    assert found["mean_token_entropy"] == pytest.approx(0.5)
+    assert summary.verdict is not None and summary.verdict.label == "ready_for_grpo"
+    prompts = _read_jsonl(run.output_dir / "prompts.jsonl")
+    assert [r["success_rate"] for r in prompts] == [1.0, 0.5, 0.25, 0.0, 0.0, 0.0]
+    samples = _read_jsonl(run.output_dir / "samples.jsonl")
+    assert len(samples) == 24 and "logprobs" not in samples[0]
+    assert list(samples[0])[:8] == [
+        "prompt_index", "sample", "ground_truth", "prompt_tokens", "response",
+        "response_tokens", "finish_reason", "mean_neg_logprob",
+    ]  # fmt: skip
+    assert {"score", "format"} <= samples[0].keys()  # the reward's parts
+    assert records.GradedSample.from_json(samples[0]).to_json() == samples[0]
     assert "**Verdict: ready_for_grpo.**" in (run.output_dir / "summary.md").read_text()
+    on_disk = json.loads((run.output_dir / "summary.json").read_text())
+    assert on_disk == summary.to_json() and on_disk["verdict"] == "ready_for_grpo"
+    assert records.load_summary(run.output_dir) == summary  # the typed record round-trips
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging left behind
 
 
 def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
-    run = _scripted_run(tmp_path, countdown_data, tiny_tokenizer)
+    run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
     rows = evaluation.load_rows(countdown_data)
-    summary = evaluation.run_passk(run, rows, SamplingSettings(n=4, temperature=1.0), [1, 2, 4])
+    summary = evaluation.run_passk(run, rows, SAMPLED, [1, 2, 4])
     counts = [4, 2, 1, 0, 0, 0]
     for k in (1, 2, 4):
         expected = sum(metrics.pass_at_k(4, c, k) for c in counts) / 6
-        assert summary[f"pass@{k}"] == pytest.approx(expected)
-    assert summary["pass@4"] == pytest.approx(3 / 6)
-    assert summary["format_rate"] == pytest.approx(9 / 24)
-    with pytest.raises(evaluation.EvalError, match="between 1 and"):
+        assert summary.metrics[f"pass@{k}"] == pytest.approx(expected)
+    assert summary.metrics["pass@4"] == pytest.approx(3 / 6)
+    assert summary.metrics["format_rate"] == pytest.approx(9 / 24)
+    first = _read_jsonl(run.output_dir / "prompts.jsonl")[0]
+    assert list(first) == ["prompt_index", "ground_truth", "n", "successes", *PASS_AT_1_2_4]
+    with pytest.raises(EvalError, match="between 1 and"):
         evaluation.run_passk(run, rows, SamplingSettings(n=4), [8])
 
     run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
-    greedy = evaluation.run_reward(run, rows, SamplingSettings(n=4, temperature=1.0))
-    assert greedy["sampling"]["n"] == 1 and greedy["sampling"]["temperature"] == 0.0
-    assert greedy["pass@1"] == pytest.approx(3 / 6)  # first responses: right, right, right
-    assert greedy["mean_score"] == pytest.approx(3 / 6)
+    greedy = evaluation.run_reward(replace(run, output_dir=tmp_path / "reward"), rows, SAMPLED)
+    assert greedy.header.sampling["n"] == 1 and greedy.header.sampling["temperature"] == 0.0
+    assert greedy.metrics["pass@1"] == pytest.approx(3 / 6)  # first responses: right x3
+    assert greedy.metrics["mean_score"] == pytest.approx(3 / 6)
 
 
 def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    run = _scripted_run(tmp_path, countdown_data, tiny_tokenizer)
-    rows = evaluation.load_rows(countdown_data)
-    evaluation.run_analyse(run, rows, SamplingSettings(n=4, temperature=1.0))
-    records, _ = evaluation.load_prompt_records(run.output_dir)
-    chosen = evaluation.high_value_prompts(records, 0.05, 0.2)
-    assert [r["prompt_index"] for r in chosen] == [1, 2]  # highest variance first
+    run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
+    summary = evaluation.run_analyse(run, evaluation.load_rows(countdown_data), SAMPLED)
+    prompts, _ = selection.load_prompt_records(run.output_dir)
+    chosen = selection.high_value_prompts(prompts, 0.05, 0.2)
+    assert [r.prompt_index for r in chosen] == [1, 2]  # highest variance first
+    assert "2 of 6 prompts" in reports.stats_markdown(prompts, chosen, 0.05, 0.2, 20)
 
     target = tmp_path / "learnable.parquet"
-    assert evaluation.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
+    assert selection.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
     written = pd.read_parquet(target)
     source = pd.read_parquet(countdown_data)
     assert written["extra_info"].map(lambda e: e["solution"]).tolist() == [
@@ -158,63 +188,209 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     ]
     config = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False})
     assert len(RLHFDataset(str(target), tiny_tokenizer, config)) == 2  # ready for training
+    with pytest.raises(EvalError, match=r"--output .*learnable.parquet already exists.*--force"):
+        selection.filter_learnable(run.output_dir, target, 0.5, 0.2)
+    assert selection.filter_learnable(run.output_dir, target, 0.2, 0.2, force=True) == (1, 6)
+    assert len(pd.read_parquet(target)) == 1
 
     # A regenerated data file must not silently select different rows.
     pd.concat([source.iloc[[3]], source]).reset_index(drop=True).to_parquet(countdown_data)
     try:
-        with pytest.raises(evaluation.EvalError, match="data file changed"):
-            evaluation.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
+        with pytest.raises(EvalError, match="data file changed"):
+            selection.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
         assert not (tmp_path / "other.parquet").exists()
     finally:
         source.to_parquet(countdown_data)
 
-    base = {**json.loads((run.output_dir / "summary.json").read_text()), "model": "base"}
-    trained = {**base, "model": "trained", "mean_score": base["mean_score"] + 0.25}
-    table = evaluation.compare_markdown(base, trained)
+    base = replace(summary, header=replace(summary.header, model="base"))
+    better = {**base.metrics, "mean_score": (base.metrics["mean_score"] or 0.0) + 0.25}
+    trained = replace(base, header=replace(base.header, model="trained"), metrics=better)
+    table = reports.compare_markdown(base, trained)
     assert "| mean score |" in table and "+25.00 pt" in table
     assert "same prompts" not in table
-    assert "did not use the same prompts" in evaluation.compare_markdown(
-        base, {**trained, "prompts": 3}
-    )
+    fewer = replace(trained, header=replace(trained.header, prompts=3))
+    assert "did not use the same prompts" in reports.compare_markdown(base, fewer)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/eval_countdown.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+# A summary.json and a prompts.jsonl line as earlier versions wrote them.
+OLD_SUMMARY = {
+    "command": "analyse", "task": "countdown", "model": "/m/global_step_4/actor/huggingface",
+    "data": "/d/countdown/test.parquet", "prompts": 2, "backend": "hf",
+    "sampling": {"n": 4, "temperature": 1.0, "top_p": 1.0, "max_tokens": 48, "seed": 0,
+                 "ignore_eos": False},
+    "reward_kwargs": {"format_score": 0.1, "shaping": False}, "template_kwargs": {},
+    "mean_score": 0.3, "pass@1": 0.25, "format_rate": 0.5, "mean_response_tokens": 16.0,
+    "truncated_rate": 0.0, "accuracy": 0.25, "mean_variance": 0.125,
+    "nonzero_variance_fraction": 0.5, "learnable_fraction": 0.5, "mean_outcome_entropy": 0.5,
+    "mean_token_entropy": None, "verdict": "marginal", "advice": "marginal (...)",
+    "checks": {"accuracy in 10-80%": True, "variance > 0.05": True, "entropy in 0.2-0.8": True},
+}  # fmt: skip
+OLD_PROMPT = {
+    "prompt_index": 1, "n": 4, "mean_score": 0.5, "success_rate": 0.5, "variance": 0.25,
+    "outcome_entropy": 1.0, "token_entropy": None, "ground_truth": {"target": 7},
+}  # fmt: skip
+
+
+def test_old_run_folders_still_load(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(OLD_SUMMARY, indent=2))
+    (tmp_path / "prompts.jsonl").write_text(json.dumps(OLD_PROMPT) + "\n")
+    summary = records.load_summary(tmp_path)
+    assert summary.to_json() == OLD_SUMMARY and list(summary.to_json()) == list(OLD_SUMMARY)
+    assert summary.header.sampling["n"] == 4 and summary.metrics["mean_token_entropy"] is None
+    assert summary.verdict is not None and summary.verdict.checks["variance > 0.05"]
+    assert "mean token entropy" not in reports.summary_markdown(summary)
+    assert "| pass@1 | 25.00% | 25.00% | +0.00 pt |" in reports.compare_markdown(summary, summary)
+    prompts, _ = selection.load_prompt_records(tmp_path)
+    assert prompts[0].to_json() == OLD_PROMPT and selection.high_value_prompts(prompts, 0.05, 0.2)
+    unknown = {**OLD_SUMMARY, "notes": "kept", "step": 4}  # a later version's keys survive
+    assert records.Summary.from_json(unknown).to_json() == unknown
+    with pytest.raises(EvalError, match="no 'model'"):
+        records.Summary.from_json({k: v for k, v in OLD_SUMMARY.items() if k != "model"})
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
+    tmp_path: Path, countdown_data: Path, tiny_tokenizer, capsys
+) -> None:
+    rows = evaluation.load_rows(countdown_data)
+    output = tmp_path / "run"
+    evaluation.run_analyse(_scripted_run(output, countdown_data, tiny_tokenizer), rows, SAMPLED)
+    before = _snapshot(output)
+    assert sorted(before) == ["prompts.jsonl", "samples.jsonl", "summary.json", "summary.md"]
+
+    refused = _scripted_run(output, countdown_data, tiny_tokenizer)
+    with pytest.raises(EvalError, match=r"^--output .*/run already exists; pass --force"):
+        evaluation.run_reward(refused, rows, SAMPLED)
+    assert refused.backend.calls == 0 and _snapshot(output) == before
+
+    # --force, and the backend dies on its second chunk (prompts 4-5): the old run stays whole.
+    dying = _scripted_run(output, countdown_data, tiny_tokenizer, fail_on_call=2, force=True)
+    with pytest.raises(RuntimeError, match="fell over"):
+        evaluation.run_analyse(dying, rows, SAMPLED)
+    assert _snapshot(output) == before
+    staging = outputs.staging_dir(output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [staging.name, "run"]
+    assert staging.name == f".run.partial-{os.getpid()}"
+    assert len(_read_jsonl(staging / "samples.jsonl")) == 16  # the first chunk, 4 prompts x 4
+    assert not (staging / "summary.json").exists()
+    assert f"{output} is unchanged" in capsys.readouterr().err
+
+    # A run that completes replaces the folder whole (and reuses its pid's staging name).
+    replaced = _scripted_run(output, countdown_data, tiny_tokenizer, force=True)
+    evaluation.run_passk(replaced, rows, SAMPLED, [1, 4])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(_snapshot(output)) == sorted(before)
+    assert records.load_summary(output).header.command == "passk"
+
+    # --force replaces eval run folders only, never another folder.
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep")
+    with pytest.raises(EvalError, match="not an eval run folder"):
+        evaluation.run_reward(replace(replaced, output_dir=notes), rows, SAMPLED)
+    assert _snapshot(notes) == {"todo.txt": b"keep"}
+
+
+def _parse(argv: list[str]) -> dict:
+    return vars(eval_cli.build_parser("countdown", "d").parse_args(eval_cli.command_first(argv)))
+
+
+def test_options_before_or_after_the_command() -> None:
+    after = _parse(["analyse", "--model_path", "M", "--limit", "3", "--n", "5"])
+    assert after == _parse(["--model_path", "M", "--limit", "3", "analyse", "--n", "5"])
+    assert after == _parse(["--model_path=M", "analyse", "--limit", "3", "--rollout_n", "5"])
+    assert after == _parse(["--model", "M", "--lim", "3", "analyse", "--n", "5"])  # prefixes
+    assert after["n"] == 5 and after["seed"] == 0 and after["backend"] == "auto"
+    assert _parse(["passk"])["n"] == _parse(["analyse"])["n"] == 16
+    assert _parse(["--model_path", "M"])["command"] == "reward"  # the default command
+    assert _parse([])["command"] == "reward"
+    # an option's value that names a command is still the value
+    assert _parse(["--output", "passk", "--quiet", "analyse"])["output"] == "passk"
+    assert eval_cli.command_first(["--help"]) == ["--help"]
+    for bad in (["reward", "--n", "3"], ["passk", "--rollout_n", "3"], ["nonsense"]):
+        with pytest.raises(SystemExit):
+            _parse(bad)
+
+
+def test_cli_help_explains_every_flag(capsys) -> None:
+    parser = eval_cli.build_parser("countdown", "d")
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    assert sorted(subparsers) == sorted(eval_cli.COMMANDS)
+    for sub in subparsers.values():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, action.option_strings
+    for argv in (["--help"], *([c, "--help"] for c in eval_cli.COMMANDS)):
+        with pytest.raises(SystemExit) as done:
+            eval_cli.main("countdown", "d", argv)
+        assert done.value.code == 0 and "usage:" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        eval_cli.main("countdown", "d", ["analyse", "--help"])
+    assert "--rollout_n is an alias" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cli_every_command_on_the_tiny_model(
-    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, capsys
 ) -> None:
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = eval_cli.main("countdown", "test", list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
     common = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
     common += ["--max_tokens", "8", "--limit", "4"]
-    # no command given: reward; options may also follow the command
-    reward = _cli(*common, "--output", str(tmp_path / "reward"))
-    assert reward.returncode == 0, reward.stderr
-    assert "# countdown reward" in reward.stdout and "| pass@1 |" in reward.stdout
-    passk = _cli("passk", *common, "--n", "4", "--output", str(tmp_path / "passk"))
-    assert passk.returncode == 0, passk.stderr
+    # no command given: reward
+    code, out, err = cli(*common, "--output", str(tmp_path / "reward"))
+    assert code == 0, err
+    assert "# countdown reward" in out and "| pass@1 |" in out
+    code, _, err = cli("passk", *common, "--n", "4", "--output", str(tmp_path / "passk"))
+    assert code == 0, err
     summary = json.loads((tmp_path / "passk/summary.json").read_text())
     assert {"pass@1", "pass@4"} <= summary.keys() and summary["prompts"] == 4
     assert summary["reward_kwargs"] == {"format_score": 0.1, "shaping": False}  # training's
-    analyse = _cli(*common, "--output", str(tmp_path / "an"), "analyse", "--rollout_n", "3")
-    assert analyse.returncode == 0, analyse.stderr
-    assert "Verdict: sft_first" in analyse.stdout  # a random model never solves Countdown
+    code, out, err = cli(*common, "--output", str(tmp_path / "an"), "analyse", "--rollout_n", "3")
+    assert code == 0, err
+    assert "Verdict: sft_first" in out  # a random model never solves Countdown
     assert len((tmp_path / "an/samples.jsonl").read_text().splitlines()) == 12
-    stats = _cli("stats", "--input", str(tmp_path / "an"))
-    assert stats.returncode == 0 and "0 of 4 prompts" in stats.stdout
-    nothing = _cli("filter", "--input", str(tmp_path / "an"), "--output", str(tmp_path / "f.pq"))
-    assert nothing.returncode == 2 and "nothing to write" in nothing.stderr
-    compare = _cli("compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json"))
-    assert compare.returncode == 0 and "| mean score |" in compare.stdout
+    code, out, _ = cli("stats", "--input", str(tmp_path / "an"))
+    assert code == 0 and "0 of 4 prompts" in out
+    code, _, err = cli("filter", "--input", str(tmp_path / "an"), "--output", str(tmp_path / "f"))
+    assert code == 2 and "nothing to write" in err
+    table = tmp_path / "table.md"
+    compare = ["compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json")]
+    code, out, _ = cli(*compare, "--output", str(table))
+    assert code == 0 and "| mean score |" in out and table.read_text() == out
+    table.write_text("mine")
+    code, _, err = cli(*compare, "--output", str(table))
+    assert code == 2 and "--output" in err and "--force" in err and table.read_text() == "mine"
+    assert cli(*compare, "--output", str(table), "--force")[0] == 0 and table.read_text() == out
+    code, _, err = cli(*compare, "--output", str(tmp_path / "an"), "--force")
+    assert code == 2 and "is a folder" in err
+
+
+def test_cli_refuses_an_existing_output_unless_forced(
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, capsys
+) -> None:
+    output = tmp_path / "run"
+    argv = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
+    argv += ["--max_tokens", "2", "--limit", "2", "--output", str(output)]
+    assert eval_cli.main("countdown", "t", argv) == 0
+    before = _snapshot(output)
+    capsys.readouterr()
+    assert eval_cli.main("countdown", "t", [*argv, "--limit", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {output} already exists" in err and "--force" in err
+    assert _snapshot(output) == before
+    assert eval_cli.main("countdown", "t", ["--force", *argv, "--limit", "3"]) == 0
+    assert records.load_summary(output).header.prompts == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir: Path) -> None:
+    """The one run of the script itself, in a bare environment, as a user starts it."""
     args = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
     args += ["--max_tokens", "4", "--limit", "2", "--output", str(tmp_path / "r"), "--wandb"]
     done = subprocess.run(
@@ -237,43 +413,46 @@ def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir:
         (["--data", "/nonexistent.parquet"], "no such file"),
         (["passk", "--n", "4", "--k", "8"], "between 1 and --n 4"),
         (["analyse", "--rollout_n", "1"], "at least 2"),
+        (["analyse", "--n", "1"], "at least 2"),
         (["--experiment", "no_such_experiment"], "not one of"),
         (["stats", "--input", "/nonexistent"], "no summary.json"),
         (["compare", "/nonexistent", "/nonexistent"], "no summary.json"),
     ],
 )
 def test_cli_bad_input_exits_2(
-    args: list[str], message: str, tiny_model_dir: Path, countdown_data: Path, capsys
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    countdown_data: Path,
+    capsys,
 ) -> None:
-    base = ["--limit", "1", "--max_tokens", "2", "--quiet", "--output", "/tmp/rlvr-unused"]
-    if "--model_path" not in args and args[0] not in ("stats", "compare"):
+    base = ["--limit", "1", "--max_tokens", "2", "--quiet", "--output", str(tmp_path / "o")]
+    if "--model_path" not in args:
         base += ["--model_path", str(tiny_model_dir)]
-    if "--data" not in args and args[0] not in ("stats", "compare"):
+    if "--data" not in args:
         base += ["--data", str(countdown_data)]
     if args[0] in ("stats", "compare"):
         base = []
     code = eval_cli.main("countdown", "test", base + args)
     assert code == 2
     assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written, no staging left
 
 
 def test_cli_bad_data_columns(tmp_path: Path, tiny_model_dir: Path, capsys) -> None:
     bad = tmp_path / "bad.parquet"
     pd.DataFrame({"question": ["q"]}).to_parquet(bad)
-    code = eval_cli.main(
-        "countdown", "test", ["--model_path", str(tiny_model_dir), "--data", str(bad)]
-    )
-    assert code == 2 and "missing column(s)" in capsys.readouterr().err
-
-
-def test_cli_help_explains_every_flag() -> None:
-    parser = eval_cli.build_parser("countdown", "d")
-    for action in parser._actions:
-        if action.option_strings and action.dest != "help":
-            assert action.help, action.option_strings
-    for command in ("reward", "passk", "analyse", "stats", "filter", "compare"):
-        done = _cli(command, "--help")
-        assert done.returncode == 0 and "usage:" in done.stdout
+    argv = [
+        "--model_path",
+        str(tiny_model_dir),
+        "--data",
+        str(bad),
+        "--output",
+        str(tmp_path / "o"),
+    ]
+    assert eval_cli.main("countdown", "test", argv) == 2
+    assert "missing column(s)" in capsys.readouterr().err
 
 
 def test_experiment_settings_match_training_config() -> None:
@@ -283,10 +462,10 @@ def test_experiment_settings_match_training_config() -> None:
 
 
 def test_default_output_dir_names_the_checkpoint() -> None:
-    path = evaluation.default_output_dir(
+    path = outputs.default_output_dir(
         "countdown", "reward", "artifacts/checkpoints/countdown/global_step_100/actor/huggingface"
     )
     assert path.name == "countdown_reward_countdown-global_step_100"
-    assert evaluation.default_output_dir("gsm8k", "analyse", "Qwen/Qwen2.5-3B").name == (
+    assert outputs.default_output_dir("gsm8k", "analyse", "Qwen/Qwen2.5-3B").name == (
         "gsm8k_analyse_Qwen-Qwen2.5-3B"
     )

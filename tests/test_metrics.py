@@ -88,7 +88,7 @@ def test_learnable_uses_both_thresholds() -> None:
     assert metrics.is_learnable(formatted, var_min=0.001, entropy_min=0.0)
     rare = metrics.prompt_stats(3, [1.0] + [0.0] * 31)  # variance 0.03, entropy 0.20
     assert not metrics.is_learnable(rare)
-    assert metrics.is_learnable(rare.as_dict(), var_min=0.02, entropy_min=0.19)
+    assert metrics.is_learnable(rare, var_min=0.02, entropy_min=0.19)
 
 
 def test_analyse_and_passk_summaries() -> None:
@@ -98,6 +98,7 @@ def test_analyse_and_passk_summaries() -> None:
         metrics.prompt_stats(2, [0.0, 0.0, 0.0, 0.0], [[-2.0]] * 4),
     ]
     summary = metrics.analyse_summary(stats)
+    assert "prompts" not in summary  # the run header counts prompts, once
     assert summary["accuracy"] == pytest.approx(0.5)
     assert summary["mean_variance"] == pytest.approx(0.25 / 3)
     assert summary["nonzero_variance_fraction"] == pytest.approx(1 / 3)

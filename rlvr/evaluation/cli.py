@@ -1,7 +1,9 @@
 """The command line shared by ``scripts/eval_countdown.py`` and ``scripts/eval_gsm8k.py``.
 
-Common options may come before or after the command (``--model_path X analyse`` and
-``analyse --model_path X`` both work); with no command, ``reward`` runs.
+The model commands (``reward``, ``passk``, ``analyse``) own the common options, each default
+stated once, in ``COMMON_OPTIONS``. Common options may also come before the command
+(``--model_path X analyse`` and ``analyse --model_path X`` both work): ``command_first`` moves
+them after it before argparse reads the line. With no command, ``reward`` runs.
 """
 
 from __future__ import annotations
@@ -9,33 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.generation import SamplingSettings
 
 COMMANDS = ("reward", "passk", "analyse", "stats", "filter", "compare")
 MODEL_COMMANDS = ("reward", "passk", "analyse")
-
-# Defaults of the options shared by the model commands (None = taken from the task or model).
-COMMON_DEFAULTS: dict[str, Any] = {
-    "model_path": None,
-    "base_model": None,
-    "data": None,
-    "limit": None,
-    "seed": 0,
-    "max_tokens": None,
-    "batch_size": 16,
-    "backend": "auto",
-    "output": None,
-    "experiment": None,
-    "reward_kwargs": None,
-    "template_kwargs": None,
-    "wandb": False,
-    "wandb_project": "rlvr-recipes-eval",
-    "quiet": False,
-}
+DEFAULT_COMMAND = "reward"
+HELP = ("-h", "--help")
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -65,145 +52,202 @@ def _k_list(text: str) -> list[int]:
     return ks
 
 
-def _common_options(task: str) -> argparse.ArgumentParser:
-    # SUPPRESS: an option given before the command is not reset by the command's parser.
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    add = common.add_argument
-    add(
+@dataclass(frozen=True)
+class Option:
+    """One common option; ``{task}`` in its help becomes the task's name."""
+
+    name: str
+    help: str
+    default: object = None
+    type: Callable[[str], object] | None = None
+    choices: tuple[str, ...] | None = None
+    switch: bool = False  # store_true: takes no value
+
+    def add_to(self, parser: argparse.ArgumentParser, task: str) -> None:
+        text = self.help.replace("{task}", task)
+        if self.switch:
+            parser.add_argument(self.name, action="store_true", help=text)
+            return
+        settings: dict[str, Any] = {"default": self.default, "help": text}
+        if self.type is not None:
+            settings["type"] = self.type
+        if self.choices is not None:
+            settings["choices"] = self.choices
+        parser.add_argument(self.name, **settings)
+
+
+COMMON_OPTIONS = (
+    Option(
         "--model_path",
-        help="HF model folder (e.g. .../global_step_N/actor/huggingface), a "
-        "LoRA adapter folder (loaded onto its base) or a hub id",
-    )
-    add("--base_model", help="base model for a LoRA adapter (default: the adapter's own record)")
-    add("--data", help=f"data-prep Parquet (default artifacts/data/{task}/test.parquet)")
-    add("--limit", type=_positive_int, help="evaluate the first N prompts only")
-    add("--seed", type=int, help="sampling seed (default 0)")
-    add(
+        "HF model folder (e.g. .../global_step_N/actor/huggingface), a LoRA adapter folder "
+        "(loaded onto its base) or a hub id",
+    ),
+    Option("--base_model", "base model for a LoRA adapter (default: the adapter's own record)"),
+    Option("--data", "data-prep Parquet (default artifacts/data/{task}/test.parquet)"),
+    Option("--limit", "evaluate the first N prompts only", type=_positive_int),
+    Option("--seed", "sampling seed (%(default)s)", default=0, type=int),
+    Option(
         "--max_tokens",
+        "max new tokens per response (default: the task's max_response_length)",
         type=_positive_int,
-        help="max new tokens per response (default: the task's max_response_length)",
-    )
-    add(
+    ),
+    Option(
         "--batch_size",
+        "sequences the HF backend decodes together (%(default)s; vLLM batches itself)",
+        default=16,
         type=_positive_int,
-        help="sequences the HF backend decodes together (default 16; vLLM batches itself)",
-    )
-    add(
+    ),
+    Option(
         "--backend",
+        "%(default)s: vLLM when CUDA and the gpu extra are there, else the HF backend",
+        default="auto",
         choices=("auto", "vllm", "hf"),
-        help="auto (default): vLLM when CUDA and the gpu extra are there, else the HF backend",
-    )
-    add("--output", help=f"run directory (default artifacts/eval/{task}_<command>_<model>)")
-    add(
+    ),
+    Option(
+        "--output",
+        "run folder (default artifacts/eval/{task}_<command>_<model>); written whole at the "
+        "end, an existing one is refused without --force",
+    ),
+    Option("--force", "replace an existing --output, once the new run has completed", switch=True),
+    Option(
         "--experiment",
-        help="take reward and chat-template kwargs from this training experiment "
+        "take reward and chat-template kwargs from this training experiment "
         "(default: the task overlay's reward kwargs, no template kwargs)",
-    )
-    add("--reward_kwargs", type=_json_object, help="JSON object overriding reward kwargs")
-    add(
+    ),
+    Option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
+    Option(
         "--template_kwargs",
+        "JSON object for apply_chat_template, e.g. '{\"enable_thinking\": false}'",
         type=_json_object,
-        help="JSON object for apply_chat_template, e.g. '{\"enable_thinking\": false}'",
-    )
-    add(
+    ),
+    Option(
         "--wandb",
-        action="store_true",
-        help="log the summary and a generations table (offline unless WANDB_API_KEY is set)",
-    )
-    add("--wandb_project", help="WandB project (default rlvr-recipes-eval)")
-    add("--quiet", action="store_true", help="no progress bar")
-    return common
+        "log the summary and a generations table (offline unless WANDB_API_KEY is set)",
+        switch=True,
+    ),
+    Option("--wandb_project", "WandB project (%(default)s)", default="rlvr-recipes-eval"),
+    Option("--quiet", "no progress bar", switch=True),
+)
 
 
-def build_parser(task: str, description: str) -> argparse.ArgumentParser:
-    common = _common_options(task)
-    parser = argparse.ArgumentParser(
-        description=description,
-        parents=[common],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands (default reward): " + ", ".join(COMMANDS) + "; see COMMAND --help",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sampling = argparse.ArgumentParser(add_help=False)  # the sampling commands' own options
-    sampling.add_argument(
+def _takes_value(token: str) -> bool:
+    """Whether a common option (or an unambiguous prefix of one) reads the next token."""
+    if "=" in token:
+        return False
+    matches = [o for o in COMMON_OPTIONS if o.name == token] or [
+        o for o in COMMON_OPTIONS if o.name.startswith(token)
+    ]
+    return bool(matches) and not matches[0].switch
+
+
+def command_first(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the command first: the options before it move after it, and with no
+    command at all, ``reward`` is the command. Help, or a word that is not a command, is left
+    for argparse to answer."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in HELP:
+        i += 2 if _takes_value(argv[i]) else 1
+    before, rest = list(argv[:i]), list(argv[i:])
+    if not rest:
+        return [DEFAULT_COMMAND, *before]
+    if rest[0] in COMMANDS:
+        return [rest[0], *before, *rest[1:]]
+    return list(argv)
+
+
+def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> None:
+    add = parser.add_argument
+    add(
         "--temperature",
         type=float,
         default=1.0,
-        help="sampling temperature; use training's rollout temperature (1.0)",
+        help="sampling temperature; use training's rollout temperature (%(default)s)",
     )
-    sampling.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1.0)")
+    add("--top_p", type=float, default=1.0, help="nucleus sampling (%(default)s)")
+    alias = f"; {', '.join(n_aliases)} is an alias" if n_aliases else ""
+    add(
+        "--n",
+        *n_aliases,
+        dest="n",
+        type=_positive_int,
+        default=16,
+        help=f"samples per prompt, like GRPO's rollout.n (%(default)s){alias}",
+    )
 
+
+def _add_model_commands(commands: Subcommands, task: str) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    for option in COMMON_OPTIONS:
+        option.add_to(common, task)
     commands.add_parser(
         "reward",
         parents=[common],
         help="greedy decoding: mean score, pass@1, format rate, mean response length",
     )
-
-    passk = commands.add_parser(
-        "passk", parents=[common, sampling], help="unbiased pass@k from n samples"
-    )
-    passk.add_argument("--n", type=_positive_int, default=16, help="samples per prompt (16)")
+    passk = commands.add_parser("passk", parents=[common], help="unbiased pass@k from n samples")
+    _add_sampling_options(passk)
     passk.add_argument(
-        "--k",
-        type=_k_list,
-        default=None,
-        help="k values, each <= n (default: 1,4,8,16 up to n, and n)",
+        "--k", type=_k_list, help="k values, each <= n (default: 1,4,8,16 up to n, and n)"
     )
-
     analyse = commands.add_parser(
-        "analyse",
-        parents=[common, sampling],
-        help="signal probe: per-prompt variance and entropy, verdict",
+        "analyse", parents=[common], help="signal probe: per-prompt variance and entropy, verdict"
     )
-    analyse.add_argument(
-        "--rollout_n",
-        type=_positive_int,
-        default=16,
-        help="samples per prompt, like GRPO's rollout.n (16)",
-    )
+    _add_sampling_options(analyse, "--rollout_n")
 
+
+def _add_run_commands(commands: Subcommands) -> None:
     for name, text in (
         ("stats", "list the high-value prompts of an analyse run"),
         ("filter", "write the learnable prompts of an analyse run as a training Parquet"),
     ):
         sub = commands.add_parser(name, help=text)
-        sub.add_argument("--input", required=True, help="an analyse run directory")
+        sub.add_argument("--input", required=True, help="an analyse run folder")
         sub.add_argument(
             "--var_min",
             type=float,
-            default=0.05,
-            help="keep prompts with reward variance above this (0.05)",
+            default=metrics.VARIANCE_MIN,
+            help="keep prompts with reward variance above this (%(default)s)",
         )
         sub.add_argument(
             "--entropy_min",
             type=float,
-            default=0.2,
-            help="and outcome entropy (bits) at least this (0.2)",
+            default=metrics.ENTROPY_RANGE[0],
+            help="and outcome entropy (bits) at least this (%(default)s)",
         )
         if name == "stats":
-            sub.add_argument("--top", type=_positive_int, default=20, help="rows to list (20)")
+            sub.add_argument(
+                "--top", type=_positive_int, default=20, help="rows to list (%(default)s)"
+            )
         else:
             sub.add_argument(
                 "--output",
-                dest="filter_output",
                 required=True,
                 help="Parquet to write, e.g. artifacts/data/countdown/train_learnable.parquet",
             )
-
+            sub.add_argument("--force", action="store_true", help="replace an existing --output")
     compare = commands.add_parser("compare", help="Markdown table of two runs with deltas")
-    compare.add_argument("base", help="run directory or summary.json of the base model")
-    compare.add_argument("trained", help="run directory or summary.json of the trained model")
-    compare.add_argument("--output", dest="compare_output", help="also write the table here")
+    compare.add_argument("base", help="run folder or summary.json of the base model")
+    compare.add_argument("trained", help="run folder or summary.json of the trained model")
+    compare.add_argument("--output", help="also write the table here")
+    compare.add_argument("--force", action="store_true", help="replace an existing --output")
+
+
+def build_parser(task: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"commands (default {DEFAULT_COMMAND}): {', '.join(COMMANDS)}; see COMMAND --help.\n"
+        f"The options of {', '.join(MODEL_COMMANDS)} may also come before the command.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_model_commands(commands, task)
+    _add_run_commands(commands)
     return parser
 
 
-def main(task_name: str, description: str, argv: list[str] | None = None) -> int:
+def main(task_name: str, description: str, argv: Sequence[str] | None = None) -> int:
     parser = build_parser(task_name, description)
-    args = parser.parse_args(argv)
-    for key, value in COMMON_DEFAULTS.items():
-        if not hasattr(args, key):
-            setattr(args, key, value)
-    args.command = args.command or "reward"
+    args = parser.parse_args(command_first(sys.argv[1:] if argv is None else argv))
     try:
         return _dispatch(task_name, args)
     except EvalError as exc:
@@ -212,84 +256,14 @@ def main(task_name: str, description: str, argv: list[str] | None = None) -> int
 
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:
-    from rlvr.evaluation import runs as evaluation
+    from rlvr.evaluation import commands
 
     if args.command == "compare":
-        base, trained = evaluation.load_summary(args.base), evaluation.load_summary(args.trained)
-        table = evaluation.compare_markdown(base, trained)
-        print(table, end="")
-        if args.compare_output:
-            Path(args.compare_output).write_text(table)
-        return 0
+        return commands.compare(args.base, args.trained, args.output, args.force)
     if args.command == "stats":
-        records, _ = evaluation.load_prompt_records(args.input)
-        chosen = evaluation.high_value_prompts(records, args.var_min, args.entropy_min)
-        print(evaluation.stats_markdown(records, chosen, args.var_min, args.entropy_min, args.top))
-        return 0
+        return commands.stats(args.input, args.var_min, args.entropy_min, args.top)
     if args.command == "filter":
-        written, total = evaluation.filter_learnable(
-            args.input, args.filter_output, args.var_min, args.entropy_min
+        return commands.filter_prompts(
+            args.input, args.output, args.var_min, args.entropy_min, args.force
         )
-        print(f"wrote {written} of {total} prompts to {args.filter_output}")
-        return 0
-    return _run_model_command(task_name, args)
-
-
-def _run_model_command(task_name: str, args: argparse.Namespace) -> int:
-    from rlvr import tasks
-    from rlvr.evaluation import runs as evaluation
-    from rlvr.evaluation.generation import make_backend, resolve_model
-
-    task = tasks.get(task_name)
-    if args.model_path is None:
-        raise EvalError(f"{args.command} needs --model_path")
-    source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
-    data_path = args.data or str(task.eval_data)
-    rows = evaluation.load_rows(data_path, args.limit)
-
-    reward_kwargs, max_response_length = task.training_settings()
-    template_kwargs: dict[str, Any] = {}
-    if args.experiment:
-        reward_kwargs, template_kwargs = evaluation.experiment_settings(args.experiment)
-    reward_kwargs.update(args.reward_kwargs or {})
-    template_kwargs.update(args.template_kwargs or {})
-
-    n = {"passk": getattr(args, "n", 1), "analyse": getattr(args, "rollout_n", 1)}.get(
-        args.command, 1
-    )
-    sampling = SamplingSettings(
-        n=n,
-        temperature=getattr(args, "temperature", 0.0),
-        top_p=getattr(args, "top_p", 1.0),
-        max_tokens=args.max_tokens or max_response_length,
-        seed=args.seed,
-    )
-    output_dir = Path(
-        args.output or evaluation.default_output_dir(task_name, args.command, args.model_path)
-    )
-    backend = make_backend(args.backend, source, batch_size=args.batch_size)
-    run = evaluation.EvalRun(
-        task=task,
-        model_path=args.model_path,
-        data_path=data_path,
-        output_dir=output_dir,
-        backend=backend,
-        reward_kwargs=reward_kwargs,
-        template_kwargs=template_kwargs,
-        # HF: enough prompts to fill a generate batch; vLLM: large chunks, it schedules itself.
-        prompts_per_chunk=max(1, args.batch_size // n) if backend.name == "hf" else 256,
-        progress=not args.quiet,
-    )
-    if args.command == "reward":
-        summary = evaluation.run_reward(run, rows, sampling)
-    elif args.command == "passk":
-        ks = args.k or sorted({k for k in (1, 4, 8, 16) if k <= n} | {n})
-        summary = evaluation.run_passk(run, rows, sampling, ks)
-    else:
-        summary = evaluation.run_analyse(run, rows, sampling)
-    print(evaluation.summary_markdown(summary), end="")
-    print(f"\nrun directory: {output_dir}")
-    if args.wandb:
-        mode = evaluation.log_to_wandb(run, summary, args.wandb_project)
-        print(f"wandb: logged ({mode}) under {output_dir / 'wandb'}")
-    return 0
+    return commands.run_model_command(task_name, args)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 # The seed study's signal-probing guidance (docs/EVALUATION_DESIGN.md explains each threshold).
 ACCURACY_RANGE = (0.10, 0.80)
@@ -52,7 +51,7 @@ def variance(values: Sequence[float]) -> float:
     return sum((v - average) ** 2 for v in values) / len(values)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PromptStats:
     """One prompt's group of n sampled responses."""
 
@@ -64,7 +63,7 @@ class PromptStats:
     outcome_entropy: float
     token_entropy: float | None  # mean -log p of sampled tokens (nats/token); None if no logprobs
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         return asdict(self)
 
 
@@ -96,13 +95,10 @@ def prompt_stats(
 
 
 def is_learnable(
-    stats: PromptStats | dict[str, Any],
-    var_min: float = VARIANCE_MIN,
-    entropy_min: float = ENTROPY_RANGE[0],
+    stats: PromptStats, var_min: float = VARIANCE_MIN, entropy_min: float = ENTROPY_RANGE[0]
 ) -> bool:
     """A prompt GRPO can learn from: its group disagrees (variance and outcome entropy high)."""
-    row = stats.as_dict() if isinstance(stats, PromptStats) else stats
-    return row["variance"] > var_min and row["outcome_entropy"] >= entropy_min
+    return stats.variance > var_min and stats.outcome_entropy >= entropy_min
 
 
 def mean(values: Sequence[float]) -> float:
@@ -115,11 +111,10 @@ def passk_summary(success_counts: Sequence[int], n: int, ks: Sequence[int]) -> d
     return {f"pass@{k}": mean([pass_at_k(n, c, k) for c in success_counts]) for k in ks}
 
 
-def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, Any]:
+def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, float | None]:
     """Overall signal of a probe: accuracy, mean variance, learnable fraction, entropies."""
     token_entropies = [s.token_entropy for s in stats if s.token_entropy is not None]
     return {
-        "prompts": len(stats),
         "accuracy": mean([s.success_rate for s in stats]),
         "mean_score": mean([s.mean_score for s in stats]),
         "mean_variance": mean([s.variance for s in stats]),
@@ -130,7 +125,7 @@ def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, Any]:
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     label: str  # "sft_first" | "harder_data" | "ready_for_grpo" | "marginal"
     advice: str

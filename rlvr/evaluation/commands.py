@@ -1,0 +1,134 @@
+"""What each eval command does with its parsed options (``cli.py`` builds the parser).
+
+Bad input raises ``EvalError`` before any model or data is loaded where it can: the model path,
+an existing ``--output`` without ``--force``, the k values and group size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlvr.evaluation import runs
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.generation import SamplingSettings
+from rlvr.evaluation.outputs import (
+    default_output_dir,
+    refuse_existing,
+    refuse_existing_run,
+    write_new_text,
+)
+from rlvr.evaluation.records import JSONDict, Summary, load_summary
+from rlvr.evaluation.reports import compare_markdown, stats_markdown, summary_markdown
+from rlvr.evaluation.selection import filter_learnable, high_value_prompts, load_prompt_records
+from rlvr.tasks import TaskSpec
+
+
+def compare(base: str, trained: str, output: str | None, force: bool) -> int:
+    if output:
+        refuse_existing(Path(output), force)
+    table = compare_markdown(load_summary(base), load_summary(trained))
+    print(table, end="")
+    if output:
+        write_new_text(Path(output), table, force)
+    return 0
+
+
+def stats(run_dir: str, var_min: float, entropy_min: float, top: int) -> int:
+    records, _ = load_prompt_records(run_dir)
+    chosen = high_value_prompts(records, var_min, entropy_min)
+    print(stats_markdown(records, chosen, var_min, entropy_min, top))
+    return 0
+
+
+def filter_prompts(
+    run_dir: str, output: str, var_min: float, entropy_min: float, force: bool
+) -> int:
+    written, total = filter_learnable(run_dir, output, var_min, entropy_min, force)
+    print(f"wrote {written} of {total} prompts to {output}")
+    return 0
+
+
+def grading_settings(task: TaskSpec, args: argparse.Namespace) -> tuple[JSONDict, JSONDict, int]:
+    """Reward kwargs, chat-template kwargs and max response length: the task overlay's or the
+    ``--experiment``'s, with ``--reward_kwargs`` / ``--template_kwargs`` on top."""
+    reward_kwargs, max_response_length = task.training_settings()
+    template_kwargs: JSONDict = {}
+    if args.experiment:
+        reward_kwargs, template_kwargs = runs.experiment_settings(args.experiment)
+    reward_kwargs.update(args.reward_kwargs or {})
+    template_kwargs.update(args.template_kwargs or {})
+    return reward_kwargs, template_kwargs, max_response_length
+
+
+def sampling_settings(args: argparse.Namespace, max_response_length: int) -> SamplingSettings:
+    """The command's sampling options; ``reward`` has none and decodes greedily."""
+    given = {key: getattr(args, key) for key in ("n", "temperature", "top_p") if key in args}
+    return SamplingSettings(
+        max_tokens=args.max_tokens or max_response_length, seed=args.seed, **given
+    )
+
+
+def checked_ks(command: str, args: argparse.Namespace, n: int) -> list[int]:
+    """The passk command's k values (checked against n); analyse's group size checked."""
+    if command == "passk":
+        ks: list[int] = args.k or runs.default_ks(n)
+        runs.check_passk(n, ks)
+        return ks
+    if command == "analyse":
+        runs.check_analyse(n)
+    return []
+
+
+def run_model_command(task_name: str, args: argparse.Namespace) -> int:
+    from rlvr import tasks
+    from rlvr.evaluation.generation import make_backend, resolve_model
+
+    task = tasks.get(task_name)
+    if args.model_path is None:
+        raise EvalError(f"{args.command} needs --model_path")
+    source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
+    output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
+    refuse_existing_run(output_dir, args.force)
+    data_path = args.data or str(task.eval_data)
+    rows = runs.load_rows(data_path, args.limit)
+    reward_kwargs, template_kwargs, max_response_length = grading_settings(task, args)
+    sampling = sampling_settings(args, max_response_length)
+    ks = checked_ks(args.command, args, sampling.n)
+    backend = make_backend(args.backend, source, batch_size=args.batch_size)
+    run = runs.EvalRun(
+        task=task,
+        model_path=args.model_path,
+        data_path=data_path,
+        output_dir=output_dir,
+        backend=backend,
+        reward_kwargs=reward_kwargs,
+        template_kwargs=template_kwargs,
+        # HF: enough prompts to fill a decoding batch; vLLM: large chunks, it schedules itself.
+        prompts_per_chunk=max(1, args.batch_size // sampling.n) if backend.name == "hf" else 256,
+        progress=not args.quiet,
+        force=args.force,
+    )
+    summary = execute(args.command, run, rows, sampling, ks)
+    print(summary_markdown(summary), end="")
+    print(f"\nrun directory: {output_dir}")
+    if args.wandb:
+        from rlvr.evaluation.wandb_log import log_to_wandb
+
+        mode = log_to_wandb(output_dir, summary, args.wandb_project)
+        print(f"wandb: logged ({mode}) under {output_dir / 'wandb'}")
+    return 0
+
+
+def execute(
+    command: str,
+    run: runs.EvalRun,
+    rows: list[runs.Row],
+    sampling: SamplingSettings,
+    ks: list[int],
+) -> Summary:
+    if command == "reward":
+        return runs.run_reward(run, rows, sampling)
+    if command == "passk":
+        return runs.run_passk(run, rows, sampling, ks)
+    return runs.run_analyse(run, rows, sampling)

@@ -1,0 +1,139 @@
+"""Where eval results go, written so that a run folder never mixes two runs.
+
+A model command writes into a staging folder beside its ``--output``
+(``.<name>.partial-<pid>``) and moves it into place whole once the run has completed. An
+existing output is refused (``--force`` replaces it, and only after the new run completed);
+an interrupted run leaves the old folder untouched and its partial samples in the staging
+folder. Single files (``compare --output``, ``filter --output``) are written atomically under
+the same rule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlvr.common.files import staged, swap_in
+from rlvr.common.paths import ROOT
+from rlvr.evaluation.errors import EvalError
+
+
+def default_output_dir(task: str, command: str, model_path: str) -> Path:
+    """``artifacts/eval/<task>_<command>_<model>``, the model named by its distinctive parts."""
+    parts = [p for p in Path(model_path).parts if p not in ("actor", "huggingface", "/")]
+    slug = "-".join(parts[-2:]) if parts else "model"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", slug).strip("_.") or "model"
+    return ROOT / "artifacts" / "eval" / f"{task}_{command}_{slug}"
+
+
+RUN_FILES = ("summary.json", "samples.jsonl")  # what makes a folder an eval run folder
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _refusal(flag: str, path: Path) -> EvalError:
+    return EvalError(
+        f"{flag} {path} already exists; pass --force to replace it once the new results are "
+        f"complete, or choose another {flag}"
+    )
+
+
+def refuse_existing(path: Path, force: bool, flag: str = "--output") -> None:
+    """A one-line EvalError when ``path`` exists and ``--force`` was not given, or when
+    ``--force`` would replace a folder with a file."""
+    if not _exists(path):
+        return
+    if not force:
+        raise _refusal(flag, path)
+    if path.is_dir() and not path.is_symlink():
+        raise EvalError(f"{flag} {path} is a folder; --force replaces a file only")
+
+
+def refuse_existing_run(output: Path, force: bool) -> None:
+    """As ``refuse_existing`` for a run folder: ``--force`` replaces an eval run folder (or an
+    empty folder, or a link), never another folder or a file."""
+    if not _exists(output) or (force and output.is_symlink()):
+        return
+    if not force:
+        raise _refusal("--output", output)
+    if not output.is_dir():
+        raise EvalError(f"--output {output} is a file; --force replaces a run folder only")
+    if any(output.iterdir()) and not any((output / name).exists() for name in RUN_FILES):
+        raise EvalError(
+            f"--output {output} is not an eval run folder (no {' or '.join(RUN_FILES)}); "
+            "--force replaces run folders only"
+        )
+
+
+def staging_dir(output: Path) -> Path:
+    """The folder a run writes into before it becomes ``output``."""
+    return output.with_name(f".{output.name}.partial-{os.getpid()}")
+
+
+@contextmanager
+def staged_run_dir(output: Path, force: bool) -> Iterator[Path]:
+    """A fresh staging folder beside ``output``, moved onto it whole when the block finishes.
+
+    Without ``force`` an existing ``output`` is refused, before and after the block. When the
+    block fails, ``output`` is untouched; a staging folder holding samples stays for a look
+    (its path is printed), an empty one is removed.
+    """
+    output = Path(os.path.abspath(output))  # "." and ".." have no name to stage beside
+    refuse_existing_run(output, force)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_dir(output)
+    if staging.exists():  # left by an earlier process with this pid
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        yield staging
+        _publish(staging, output, force)
+    except BaseException:
+        _keep_or_remove(staging, output)
+        raise
+
+
+def _publish(staging: Path, output: Path, force: bool) -> None:
+    refuse_existing_run(output, force)  # again: it may have appeared during the run
+    if not _exists(output):
+        os.replace(staging, output)
+        return
+    previous = output.with_name(f".{output.name}.replaced-{os.getpid()}")
+    swap_in(staging, output, previous)
+    if previous.is_dir() and not previous.is_symlink():
+        shutil.rmtree(previous, ignore_errors=True)
+    else:
+        previous.unlink(missing_ok=True)
+
+
+def _keep_or_remove(staging: Path, output: Path) -> None:
+    samples = staging / "samples.jsonl"
+    if samples.is_file() and samples.stat().st_size > 0:
+        print(
+            f"{output} is unchanged; this unfinished run's samples are in {staging}",
+            file=sys.stderr,
+        )
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def new_file(path: Path, force: bool, flag: str = "--output") -> Iterator[Path]:
+    """A staging path for ``path``, renamed onto it when the block finishes; an existing
+    ``path`` is refused without ``force``."""
+    refuse_existing(path, force, flag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with staged(path) as staging:
+        yield staging
+
+
+def write_new_text(path: Path, text: str, force: bool, flag: str = "--output") -> None:
+    with new_file(path, force, flag) as staging:
+        staging.write_text(text)

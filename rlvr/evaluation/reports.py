@@ -1,0 +1,130 @@
+"""Markdown reports: a run's summary, two runs side by side (``compare``), and the
+high-value prompts of an analyse run (``stats``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.records import AnalyseRecord, Summary
+
+# Metrics shown in reports, in order; rates print as percentages.
+REPORT_METRICS = (
+    ("mean_score", "mean score", "pct"),
+    ("pass@1", "pass@1", "pct"),
+    ("format_rate", "format rate", "pct"),
+    ("accuracy", "accuracy (success rate)", "pct"),
+    ("mean_variance", "mean reward variance", "num"),
+    ("nonzero_variance_fraction", "prompts with nonzero variance", "pct"),
+    ("learnable_fraction", "learnable prompts", "pct"),
+    ("mean_outcome_entropy", "mean outcome entropy (bits)", "num"),
+    ("mean_token_entropy", "mean token entropy (nats/token)", "num"),
+    ("mean_response_tokens", "mean response tokens", "len"),
+    ("truncated_rate", "truncated (hit max_tokens)", "pct"),
+)
+PASSK_KEY = re.compile(r"^pass@(\d+)$")
+
+
+def _report_keys(summary: Summary) -> list[tuple[str, str, str]]:
+    passk = sorted(
+        (k for k in summary.metrics if PASSK_KEY.match(k) and k != "pass@1"),
+        key=lambda k: int(k.split("@")[1]),
+    )
+    keys = [row for row in REPORT_METRICS if summary.metrics.get(row[0]) is not None]
+    return keys[:2] + [(k, k, "pct") for k in passk] + keys[2:]
+
+
+def _format(value: float, kind: str) -> str:
+    if kind == "pct":
+        return f"{value:.2%}"
+    return f"{value:.1f}" if kind == "len" else f"{value:.4f}"
+
+
+def _format_delta(delta: float, kind: str) -> str:
+    if kind == "pct":
+        return f"{delta * 100:+.2f} pt"
+    return f"{delta:+.1f}" if kind == "len" else f"{delta:+.4f}"
+
+
+def _metric(summary: Summary, key: str) -> float:
+    value = summary.metrics.get(key)
+    if value is None:
+        raise EvalError(f"{summary.header.model}: no {key!r} in its summary")
+    return value
+
+
+def summary_markdown(summary: Summary) -> str:
+    """What the CLI prints and ``summary.md`` holds."""
+    head, sampling = summary.header, summary.header.sampling
+    lines = [
+        f"# {head.task} {head.command}: {head.model}",
+        "",
+        f"{head.prompts} prompts from `{head.data}`, backend {head.backend}, "
+        f"n={sampling.get('n')}, temperature={sampling.get('temperature')}, "
+        f"max_tokens={sampling.get('max_tokens')}, seed={sampling.get('seed')}.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    lines += [
+        f"| {label} | {_format(_metric(summary, key), kind)} |"
+        for key, label, kind in _report_keys(summary)
+    ]
+    if summary.verdict is not None:
+        judged = summary.verdict
+        lines += ["", f"**Verdict: {judged.label}.** {judged.advice}", ""]
+        lines += [f"- [{'x' if ok else ' '}] {name}" for name, ok in judged.checks.items()]
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(
+    base: Summary, trained: Summary, names: tuple[str, str] = ("base", "trained")
+) -> str:
+    """A side-by-side "Base -> Trained" Markdown table of two summaries, with deltas."""
+    keys = [row for row in _report_keys(base) if trained.metrics.get(row[0]) is not None]
+    if not keys:
+        raise EvalError("the two summaries share no metrics")
+    lines = [
+        f"| metric | {names[0]} | {names[1]} | delta |",
+        "|---|---|---|---|",
+    ]
+    for key, label, kind in keys:
+        b, t = _metric(base, key), _metric(trained, key)
+        lines.append(
+            f"| {label} | {_format(b, kind)} | {_format(t, kind)} | {_format_delta(t - b, kind)} |"
+        )
+    notes = [
+        f"{name}: {run.header.model} ({run.header.command}, {run.header.prompts} prompts)"
+        for name, run in zip(names, (base, trained), strict=True)
+    ]
+    if (base.header.data, base.header.prompts) != (trained.header.data, trained.header.prompts):
+        notes.append("warning: the two runs did not use the same prompts")
+    return "\n".join([*lines, "", *notes]) + "\n"
+
+
+def stats_markdown(
+    records: Sequence[AnalyseRecord],
+    chosen: Sequence[AnalyseRecord],
+    var_min: float,
+    entropy_min: float,
+    top: int,
+) -> str:
+    """The learnable prompts of an analyse run, most informative first, as a table."""
+    share = len(chosen) / len(records) if records else 0.0
+    lines = [
+        f"{len(chosen)} of {len(records)} prompts ({share:.1%}) have variance > {var_min} and "
+        f"outcome entropy >= {entropy_min}.",
+        "",
+        "| prompt | success rate | mean score | variance | outcome entropy | token entropy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in chosen[:top]:
+        token = "-" if r.token_entropy is None else f"{r.token_entropy:.3f}"
+        lines.append(
+            f"| {r.prompt_index} | {r.success_rate:.2%} | {r.mean_score:.3f} | "
+            f"{r.variance:.4f} | {r.outcome_entropy:.3f} | {token} |"
+        )
+    if len(chosen) > top:
+        lines.append(f"| ... {len(chosen) - top} more | | | | | |")
+    return "\n".join(lines) + "\n"
