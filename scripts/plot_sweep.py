@@ -2,7 +2,8 @@
 
 Usage: uv run scripts/plot_sweep.py artifacts/sweeps/NAME [--x lr]
 
-Reads each run's own log (nothing is re-run) and writes, under the sweep folder:
+Reads each run's per-step metrics (runs/<point>/metrics.jsonl, verl's JSON lines; nothing is
+re-run) and writes, under the sweep folder:
 final_reward_vs_<x>.png, reward_curves.png, results.csv and results.md. Works on a sweep
 still in progress: unfinished points show as pending, failed ones as crosses on the x axis.
 """
@@ -13,8 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr.sweep.folder import load_sweep
+from rlvr.sweep.grid import SweepError
 from rlvr.sweep.plots import write_report
-from rlvr.sweep.runner import SweepError, load_sweep
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,20 +19,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr.sweep.folder import load_sweep
+from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
 from rlvr.sweep.plots import write_report
-from rlvr.sweep.runner import (
-    ROOT,
-    SweepError,
-    SweepSpec,
-    grid_points,
-    load_sweep,
-    parse_grid,
-    run_sweep,
-)
-from rlvr.train.config import compose, validate
+from rlvr.sweep.runner import ROOT, checked_points, run_sweep
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -69,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         help="compose and check every point's config (verl's own checks), print, run nothing",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides shared by every point")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         spec = SweepSpec(
             name=args.name or f"{args.experiment}_sweep",
@@ -79,12 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides=list(args.overrides),
             keep_checkpoints=args.keep_checkpoints,
         )
-        points = grid_points(spec.grid)
-        for point in points:  # a typo or a bad batch size fails here, not after N runs
-            try:
-                validate(compose(spec.experiment, [*spec.overrides, *point.overrides]))
-            except Exception as exc:
-                raise SweepError(f"point {point.name} is not a valid config: {exc}") from exc
+        points = checked_points(spec)  # a typo or a bad batch size fails here, not after N runs
         sweep_dir = Path(args.out) / spec.name
         print(f"sweep {spec.name}: {len(points)} points of {spec.experiment} -> {sweep_dir}")
         if args.dry_run:

@@ -1,31 +1,161 @@
-"""Every experiment composes on verl's ppo_trainer and passes verl's own checks."""
+"""Every experiment composes on verl's ppo_trainer and passes verl's own checks, and every overlay
+sets only the keys of its own concern."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
 
-DECLARED_GPUS = {
-    "countdown_cpu": 1,
-    "countdown_qwen3_4b": 8,
-    "countdown_qwen3_4b_lora": 8,
-    "countdown_qwen3_4b_2nodes": 16,
-    "gsm8k_qwen2_5_3b": 8,
+GROUPS = ("task", "base_model", "hardware", "adapter")
+
+# The concern that owns each key: the longest matching dotted prefix wins. A key no group owns is
+# the recipe's (grpo.yaml and the experiments). rehearsal/ swaps hardware, so it owns nothing new.
+OWNERS = {
+    "recipe": ("data.train_batch_size",),
+    "task": (
+        "data",
+        "custom_reward_function",
+        "trainer.total_epochs",
+        "trainer.total_training_steps",
+        "trainer.save_freq",
+    ),
+    "base_model": (
+        "actor_rollout_ref.model.path",
+        "data.apply_chat_template_kwargs",
+        "model_facts",
+        "model_lr",
+    ),
+    "adapter": (
+        "actor_rollout_ref.model.lora_rank",
+        "actor_rollout_ref.model.lora_alpha",
+        "actor_rollout_ref.model.target_modules",
+        "actor_rollout_ref.actor.optim.lr",
+        "actor_rollout_ref.actor.checkpoint.save_contents",
+        "actor_rollout_ref.rollout.load_format",
+        "actor_rollout_ref.rollout.layered_summon",
+    ),
+    "hardware": (
+        "trainer.n_gpus_per_node",
+        "trainer.nnodes",
+        "hardware_lora",
+        "data.dataloader_num_workers",
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        "actor_rollout_ref.model.use_remove_padding",
+        "actor_rollout_ref.model.override_config",
+        "actor_rollout_ref.actor.strategy",
+        "actor_rollout_ref.actor.use_dynamic_bsz",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.actor.use_torch_compile",
+        "actor_rollout_ref.actor.fsdp_config",
+        "actor_rollout_ref.ref.strategy",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.fsdp_config",
+        "actor_rollout_ref.rollout.name",
+        "actor_rollout_ref.rollout.mode",
+        "actor_rollout_ref.rollout.dtype",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "actor_rollout_ref.rollout.gpu_memory_utilization",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "ray_kwargs.ray_init.num_gpus",
+        "ray_kwargs.ray_init.num_cpus",
+        "ray_kwargs.ray_init.include_dashboard",
+        "ray_kwargs.ray_init.runtime_env.env_vars.RLVR_CPU_COMPAT",
+    ),
 }
 
 
-def test_experiment_list() -> None:
-    assert experiments() == sorted(DECLARED_GPUS)
+def owner(key: str) -> str:
+    """The concern that owns a dotted key."""
+    parts = key.split(".")
+    for length in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:length])
+        for group, prefixes in OWNERS.items():
+            if prefix in prefixes:
+                return group
+    return "recipe"
 
 
-@pytest.mark.parametrize("experiment", sorted(DECLARED_GPUS))
+def raw_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file as written, interpolations unresolved."""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert isinstance(raw, dict)
+    return {str(key): value for key, value in raw.items()}
+
+
+def keys_set(path: Path) -> list[str]:
+    """The dotted keys a YAML file sets itself (lists are values), its `defaults` left out."""
+    raw = raw_yaml(path)
+    raw.pop("defaults", None)
+
+    def walk(node: Any, prefix: str) -> list[str]:
+        if not isinstance(node, dict):
+            return [prefix]
+        return [leaf for key, value in node.items() for leaf in walk(value, f"{prefix}{key}.")]
+
+    return [key.rstrip(".") for key in walk(raw, "")]
+
+
+def overlay(name: str) -> DictConfig:
+    """An overlay file (``group/name``) merged with what its own `defaults` list, as Hydra does."""
+    raw = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
+    assert isinstance(raw, DictConfig)
+    entries = list(raw.pop("defaults", []))
+    merged: Any = OmegaConf.create()
+    for entry in entries if "_self_" in entries else [*entries, "_self_"]:
+        if entry == "_self_":
+            part = raw
+        else:
+            part = overlay(entry[1:] if entry.startswith("/") else f"{Path(name).parent}/{entry}")
+        merged = OmegaConf.merge(merged, part)
+    return merged
+
+
+def choices(experiment: str) -> dict[str, str]:
+    """The overlay an experiment picks in each group, from its `defaults` list."""
+    defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
+    return {
+        str(group): str(name)
+        for entry in defaults
+        if isinstance(entry, DictConfig)
+        for group, name in entry.items()
+    }
+
+
+def is_gpu(experiment: str) -> bool:
+    return (
+        overlay(f"hardware/{choices(experiment)['hardware']}").actor_rollout_ref.rollout.name
+        != "hf"
+    )
+
+
+GPU_EXPERIMENTS = [e for e in experiments() if is_gpu(e)]
+
+
+@pytest.mark.parametrize("experiment", experiments())
+def test_experiment_picks_one_overlay_per_group(experiment: str) -> None:
+    defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
+    assert defaults[0] == "grpo" and defaults[-1] == "_self_"
+    picked = choices(experiment)
+    assert sorted(picked) == sorted(GROUPS)
+    for group, name in picked.items():
+        assert (CONFIG_DIR / group / f"{name}.yaml").is_file(), (group, name)
+
+
+@pytest.mark.parametrize("experiment", experiments())
 def test_composes_and_passes_verl_validation(experiment: str, tmp_path: Path) -> None:
     config = compose(experiment, root=tmp_path)
-    assert config.trainer.n_gpus_per_node * config.trainer.nnodes == DECLARED_GPUS[experiment]
+    # the world size is the hardware overlay's alone: nothing else changes it
+    hardware = overlay(f"hardware/{choices(experiment)['hardware']}").trainer
+    world = hardware.n_gpus_per_node * hardware.nnodes
+    assert world >= 1
+    assert config.trainer.n_gpus_per_node * config.trainer.nnodes == world
     validate(config)
     assert config.algorithm.adv_estimator == "grpo"
     # LoRA writes no PEFT-keyed hf_model; the launcher merges the adapter instead
@@ -39,6 +169,69 @@ def test_composes_and_passes_verl_validation(experiment: str, tmp_path: Path) ->
         config.trainer.default_local_dir,
     ):
         assert Path(path).is_absolute() and str(path).startswith(str(tmp_path.resolve()))
+
+
+def test_the_ownership_map_gives_each_key_one_owner() -> None:
+    prefixes = [prefix for group in OWNERS.values() for prefix in group]
+    assert len(prefixes) == len(set(prefixes))
+    assert owner("actor_rollout_ref.actor.fsdp_config.param_offload") == "hardware"
+    assert owner("data.max_response_length") == "task"  # (experiments may set task keys)
+    assert owner("data.train_batch_size") == owner("actor_rollout_ref.rollout.n") == "recipe"
+
+
+def test_overlays_set_only_keys_of_their_concern() -> None:
+    """No overlay sets what another concern owns, so none undoes another (issue 14)."""
+    wrong = []
+    for group in (*GROUPS, "rehearsal"):
+        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+            allowed = "hardware" if group == "rehearsal" else group
+            wrong += [
+                f"{group}/{path.name}: {key} ({owner(key)})"
+                for key in keys_set(path)
+                if owner(key) != allowed
+            ]
+    assert wrong == []
+
+
+def test_base_and_experiments_leave_overlay_concerns_alone() -> None:
+    """grpo.yaml sets recipe keys only; an experiment adds its scale (recipe and task keys), never
+    a model, adapter or hardware fact."""
+    wrong = [
+        f"grpo.yaml: {key}" for key in keys_set(CONFIG_DIR / "grpo.yaml") if owner(key) != "recipe"
+    ]
+    for experiment in experiments():
+        keys = keys_set(CONFIG_DIR / f"{experiment}.yaml")
+        wrong += [f"{experiment}: {key}" for key in keys if owner(key) not in ("recipe", "task")]
+    assert wrong == []
+
+
+def test_learning_rate_comes_from_the_model_for_each_adapter() -> None:
+    """One home per (model, adapter) pair: base_model/X.yaml's model_lr.<kind>, where adapter A
+    picks the kind; adapter=lora32 on model X gives X's LoRA lr, not a fixed one."""
+    kinds = {}
+    for path in sorted((CONFIG_DIR / "adapter").glob("*.yaml")):
+        lr = raw_yaml(path)["actor_rollout_ref"]["actor"]["optim"]["lr"]
+        match = re.fullmatch(r"\$\{model_lr\.(\w+)\}", str(lr))
+        assert match, f"adapter/{path.name} sets lr {lr!r}, not the model's"
+        kinds[path.stem] = match.group(1)
+    assert len(set(kinds.values())) == len(kinds) >= 2
+    for path in sorted((CONFIG_DIR / "base_model").glob("*.yaml")):
+        declared = OmegaConf.load(path).model_lr
+        for adapter, kind in kinds.items():
+            config = compose("countdown_cpu", [f"base_model={path.stem}", f"adapter={adapter}"])
+            assert config.actor_rollout_ref.actor.optim.lr == declared[kind], (path.stem, adapter)
+    lora = compose("countdown_qwen3_4b", ["adapter=lora32", "model_lr.lora=3e-5"])
+    assert lora.actor_rollout_ref.actor.optim.lr == 3e-5
+
+
+def test_layered_summon_is_the_hardwares_and_only_for_lora() -> None:
+    # verl 0.6.1 also drops vLLM to sleep level 1 when it is set, so full fine-tuning never has it
+    assert compose("countdown_qwen3_4b_lora").actor_rollout_ref.rollout.layered_summon is True
+    assert compose("countdown_qwen3_4b").actor_rollout_ref.rollout.layered_summon is False
+    assert (
+        compose("countdown_cpu", ["adapter=lora32"]).actor_rollout_ref.rollout.layered_summon
+        is False
+    )
 
 
 def test_seed_settings() -> None:
@@ -85,11 +278,11 @@ def test_overlay_groups_do_not_shadow_verl_groups() -> None:
 
     verl_groups = {p.name for p in Path(verl_config.__file__).parent.iterdir() if p.is_dir()}
     ours = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
-    assert ours == {"task", "base_model", "hardware", "adapter", "rehearsal"}
+    assert ours == {*GROUPS, "rehearsal"}
     assert not ours & verl_groups
 
 
-@pytest.mark.parametrize("experiment", [e for e in sorted(DECLARED_GPUS) if e != "countdown_cpu"])
+@pytest.mark.parametrize("experiment", GPU_EXPERIMENTS)
 def test_gpu_experiments_are_finite_and_disk_bounded(experiment: str) -> None:
     """a3b0be1: no step count (hub data -> ~7,600 steps) and every checkpoint kept."""
     config = compose(experiment)
@@ -99,15 +292,16 @@ def test_gpu_experiments_are_finite_and_disk_bounded(experiment: str) -> None:
     assert trainer.save_freq >= 25
 
 
-def test_gpu_experiments_follow_verls_tuned_settings() -> None:
-    for experiment in ("countdown_qwen3_4b", "countdown_qwen3_4b_lora", "gsm8k_qwen2_5_3b"):
-        config = compose(experiment).actor_rollout_ref
-        assert config.actor.use_dynamic_bsz and config.actor.ppo_max_token_len_per_gpu >= 16384
-        assert config.rollout.tensor_model_parallel_size == 1
-        assert config.actor.strategy == config.ref.strategy == "fsdp2"
-    two_nodes = compose("countdown_qwen3_4b_2nodes").actor_rollout_ref
-    assert two_nodes.actor.fsdp_config.fsdp_size == 8  # shard within a node, replicate across
-    assert two_nodes.ref.fsdp_config.fsdp_size == 8
+@pytest.mark.parametrize("experiment", GPU_EXPERIMENTS)
+def test_gpu_experiments_follow_verls_tuned_settings(experiment: str) -> None:
+    config = compose(experiment)
+    model = config.actor_rollout_ref
+    assert model.actor.use_dynamic_bsz and model.actor.ppo_max_token_len_per_gpu >= 16384
+    assert model.rollout.tensor_model_parallel_size == 1
+    assert model.actor.strategy == model.ref.strategy == "fsdp2"
+    if config.trainer.nnodes > 1:  # shard within a node, replicate across
+        assert model.actor.fsdp_config.fsdp_size == config.trainer.n_gpus_per_node
+        assert model.ref.fsdp_config.fsdp_size == config.trainer.n_gpus_per_node
 
 
 def test_rehearsal_overlay_keeps_the_world_size_and_batches() -> None:

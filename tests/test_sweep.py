@@ -1,5 +1,6 @@
-"""Sweep engine: grid parsing and naming, metrics from verl console logs, collapse detection,
-the runner's skip/keep-going rules (with a stand-in launcher), tables and figures.
+"""Sweep engine: grid parsing and naming, per-step metrics from verl's JSON lines (recorded
+files), collapse detection, the runner's skip/keep-going rules (with a stand-in launcher),
+tables and figures.
 
 The real 2x2 GRPO sweep on CPU is in tests/test_sweep_e2e.py.
 """
@@ -16,22 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.sweep.folder import load_sweep
+from rlvr.sweep.grid import SweepError, SweepSpec, grid_points, parse_grid
+from rlvr.sweep.history import summarise_history
 from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
-from rlvr.sweep.runner import (
-    RAY_CLI,
-    SweepError,
-    SweepSpec,
-    failure_reason,
-    grid_points,
-    launch_command,
-    load_sweep,
-    parse_console_log,
-    parse_grid,
-    point_overrides,
-    results_csv,
-    run_sweep,
-    summarise_history,
-)
+from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides, run_sweep
+from rlvr.sweep.tables import results_csv
+from rlvr.train.metrics_log import StepRecord, parse_steps, read_steps
 
 
 def test_grid_aliases_order_and_names() -> None:
@@ -88,6 +80,7 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     ]
     assert "trainer.experiment_name=demo__lr1e-5_rollout_n2" in overrides
     assert f"trainer.default_local_dir={tmp_path / 'checkpoints'}" in overrides
+    assert f"paths.metrics={tmp_path / 'metrics.jsonl'}" in overrides
     assert {"+sweep.name=demo", "+sweep.lr=1e-5", "+sweep.rollout_n=2"} <= set(overrides)
     assert "trainer.save_freq=-1" in overrides
     spec.keep_checkpoints = True
@@ -102,29 +95,71 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     assert job[job.index("--") + 1 :] == launch_command(spec, point, tmp_path)
 
 
-CONSOLE = """\
-(TaskRunner pid=42) step:0 - val-aux/countdown/reward/mean@1:0.1 - val-core/countdown/acc/mean@1:0
-(TaskRunner pid=42) step:1 - actor/pg_loss:-0.1 - critic/score/mean:0.25 - timing_s/gen:1.5
-some other line with step: in it
-step:2 - critic/score/mean:0.5 - actor/grad_norm:nan - note:text
-step:2 - val-core/countdown/acc/mean@1:0.75
-"""
+# Recorded from a real `countdown_cpu` run with `trainer.logger=[console,wandb,file]` (verl
+# 0.6.1's FileLogger with the hook's fix): lines as verl writes them, steps 1 and 2 abridged
+# and step 2's reward and validation raised from 0 so the summary has something to find.
+# global_seqlen/* were 0-d torch tensors in verl (the values that crash the unpatched logger).
+VERL_LINES = (
+    '{"step": 0, "data": {"val-aux/countdown/reward/mean@1": 0.0, '
+    '"val-aux/countdown/score/mean@1": 0.0, "val-aux/countdown/format/mean@1": 0.0, '
+    '"val-aux/countdown/valid/mean@1": 0.0, "val-aux/countdown/correct/mean@1": 0.0, '
+    '"val-core/countdown/acc/mean@1": 0.0, '
+    '"val-aux/countdown/bad_ground_truth/mean@1": 0.0}}\n'
+    '{"step": 1, "data": {"global_seqlen/min": 20520328, "global_seqlen/mean": 20520328.0, '
+    '"actor/entropy": 6.38855504989624, "actor/pg_loss": 0.0, '
+    '"actor/grad_norm": 0.0003333135973662138, "actor/lr": 0.0001, '
+    '"training/global_step": 1, "critic/score/mean": 0.0, "response_length/mean": 48.0, '
+    '"timing_s/gen": 1.0140001599993411}}\n'
+    '{"step": 2, "data": {"global_seqlen/min": 20520328, "actor/entropy": 6.3890061378479, '
+    '"actor/kl_loss": 3.5597322494140826e-05, "actor/grad_norm": 0.0002934121584985405, '
+    '"val-core/countdown/acc/mean@1": 0.25, "training/global_step": 2, '
+    '"critic/score/mean": 0.125}}\n'
+)
 
 
-def test_console_log_parsing() -> None:
-    history = parse_console_log(CONSOLE)
-    assert sorted(history) == [0, 1, 2]
-    assert history[1] == {"actor/pg_loss": -0.1, "critic/score/mean": 0.25, "timing_s/gen": 1.5}
-    assert math.isnan(history[2]["actor/grad_norm"])
-    assert history[2]["val-core/countdown/acc/mean@1"] == 0.75  # later line merged in
-    assert "note" not in history[2]
+def test_verl_json_lines_are_read_as_typed_step_records() -> None:
+    records = parse_steps(VERL_LINES)
+    assert [r.step for r in records] == [0, 1, 2]
+    assert all(isinstance(r, StepRecord) for r in records)
+    assert records[0].metrics["val-core/countdown/acc/mean@1"] == 0.0
+    one = records[1].metrics
+    assert one["global_seqlen/min"] == 20520328.0 and isinstance(one["global_seqlen/min"], float)
+    assert one["actor/grad_norm"] == pytest.approx(3.333e-4, rel=1e-3)
+    summary = summarise_history(records)
+    assert summary.steps == 2 and summary.rewards == [(1, 0.0), (2, 0.125)]
+    assert summary.initial_val == 0.0 and summary.best_val == 0.25
 
 
-def _history(rewards: list[float], **extra: dict[int, dict[str, float]]) -> dict:
-    history = {step: {"critic/score/mean": r} for step, r in enumerate(rewards, start=1)}
-    for step, metrics in extra.get("at", {}).items():
-        history.setdefault(step, {}).update(metrics)
-    return history
+def test_json_lines_edge_cases(tmp_path: Path) -> None:
+    """NaN as Python's json writes it, a step logged twice (a resume validates its start step
+    again), non-numbers, a last line cut short; a bad line elsewhere is an error."""
+    text = (
+        '{"step": 1, "data": {"critic/score/mean": 0.25, "actor/pg_loss": -0.1, "note": "x"}}\n'
+        '{"step": 2, "data": {"critic/score/mean": 0.5, "actor/grad_norm": NaN, "ok": true}}\n'
+        '{"step": 2, "data": {"val-core/countdown/acc/mean@1": 0.75, "actor/entropy": Infinity}}\n'
+        '{"step": 3, "data": {"critic/sco'
+    )
+    (path := tmp_path / "metrics.jsonl").write_text(text)
+    records = read_steps(path)
+    assert [r.step for r in records] == [1, 2]
+    assert records[0].metrics == {"critic/score/mean": 0.25, "actor/pg_loss": -0.1}
+    two = records[1].metrics
+    assert math.isnan(two["actor/grad_norm"]) and two["actor/entropy"] == math.inf
+    assert two["critic/score/mean"] == 0.5 and two["val-core/countdown/acc/mean@1"] == 0.75
+    assert "ok" not in two
+    assert read_steps(tmp_path / "absent.jsonl") == []
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a step record"):
+        path.write_text('{"step": 1, "data": {}}\nstep:2 - a:1\n{"step": 3, "data": {}}\n')
+        read_steps(path)
+    with pytest.raises(ValueError, match="not an integer"):
+        parse_steps('{"step": "one", "data": {}}\n')
+
+
+def _history(rewards: list[float], at: dict[int, dict[str, float]] | None = None) -> list:
+    steps = {step: {"critic/score/mean": r} for step, r in enumerate(rewards, start=1)}
+    for step, metrics in (at or {}).items():
+        steps.setdefault(step, {}).update(metrics)
+    return [StepRecord(step, metrics) for step, metrics in sorted(steps.items())]
 
 
 def test_final_reward_is_the_mean_of_the_last_steps() -> None:
@@ -151,7 +186,7 @@ def test_collapse_after_a_peak_and_on_nan() -> None:
 
 def test_best_validation_ignores_the_step_zero_baseline() -> None:
     history = _history([0.1, 0.2], at={2: {"val-core/countdown/acc/mean@1": 0.3}})
-    history[0] = {"val-core/countdown/acc/mean@1": 0.9}
+    history.insert(0, StepRecord(0, {"val-core/countdown/acc/mean@1": 0.9}))
     summary = summarise_history(history)
     assert summary.best_val == 0.3 and summary.initial_val == 0.9
 
@@ -166,13 +201,16 @@ def test_failure_reason_names_the_error() -> None:
 # ---------------------------------------------------------------- runner with a stand-in launcher
 
 STAND_IN = """#!/usr/bin/env bash
-# Stands in for launch_grpo.sh: prints verl-style step lines; fails for lr=5e-4.
+# Stands in for launch_grpo.sh: writes verl-style JSON lines to paths.metrics (one step, then
+# fails for lr=5e-4; two steps otherwise).
 echo "$@" >> "$RLVR_LOG_DIR/calls.txt"
+for arg in "$@"; do [[ $arg == paths.metrics=* ]] && metrics="${arg#paths.metrics=}"; done
+echo '{"step": 1, "data": {"critic/score/mean": 0.2, "actor/pg_loss": 0.1}}' >> "$metrics"
 case "$*" in
   *optim.lr=5e-4*) echo "ValueError: loss is nan, giving up" >&2; exit 3 ;;
 esac
-echo "step:1 - critic/score/mean:0.2 - actor/pg_loss:0.1"
-echo "step:2 - critic/score/mean:0.4 - actor/pg_loss:0.1"
+echo '{"step": 2, "data": {"critic/score/mean": 0.4, "actor/pg_loss": 0.1}}' >> "$metrics"
+echo "step:2 - critic/score/mean:0.4"
 """
 
 
@@ -201,6 +239,13 @@ def test_runner_keeps_going_records_failures_and_skips_finished(tmp_path: Path) 
     calls = (sweep_dir / "runs/rollout_n2_lr1e-5/calls.txt").read_text().splitlines()
     assert len(calls) == 1
     assert len((sweep_dir / "runs/rollout_n2_lr5e-4/calls.txt").read_text().splitlines()) == 2
+    # without checkpoints a retry starts over: the failed attempt's steps are not kept
+    retried = (sweep_dir / "runs/rollout_n2_lr5e-4/metrics.jsonl").read_text().splitlines()
+    assert len(retried) == 1
+    assert [r.step for r in read_steps(sweep_dir / "runs/rollout_n2_lr1e-5/metrics.jsonl")] == [
+        1,
+        2,
+    ]
 
     # a new value on an existing axis adds points; a different experiment is refused
     wider = SweepSpec("demo", "countdown_cpu", parse_grid(["rollout_n=8", "lr=1e-5"]))
@@ -218,7 +263,9 @@ def test_a_run_without_steps_is_not_finished(tmp_path: Path) -> None:
     launcher.write_text("#!/usr/bin/env bash\necho nothing logged\n")
     spec = SweepSpec("quiet", "countdown_cpu", parse_grid(["lr=1e-5"]))
     (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, echo=lambda _: None)
-    assert status.state == "failed" and "no training step" in status.reason
+    assert (
+        status.state == "failed" and status.reason == "exit 0 but no training step in metrics.jsonl"
+    )
 
 
 def test_timeout_stops_the_point(tmp_path: Path) -> None:
@@ -263,7 +310,8 @@ def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
     launcher.write_text('#!/usr/bin/env bash\necho $$ > "$RLVR_LOG_DIR/pid"\nsleep 300\n')
     code = (
         "import sys; from pathlib import Path; "
-        "from rlvr.sweep.runner import SweepSpec, parse_grid, run_sweep; "
+        "from rlvr.sweep.grid import SweepSpec, parse_grid; "
+        "from rlvr.sweep.runner import run_sweep; "
         "run_sweep(SweepSpec('c', 'countdown_cpu', parse_grid(['lr=1e-5'])), "
         f"Path({str(tmp_path / 's')!r}), launcher=Path({str(launcher)!r}))"
     )
@@ -287,7 +335,8 @@ def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
 
 
 def _recorded_sweep(tmp_path: Path) -> Path:
-    """A 3x2 sweep folder as the runner leaves it: one collapsed run, one failed, one NaN."""
+    """A 3x2 sweep folder as the runner leaves it: one collapsed run, one failed, one NaN.
+    Each run's metrics.jsonl holds its steps as verl's file logger writes them."""
     curves = {
         "lora_rank8_lr1e-5": [0.1, 0.2, 0.3, 0.35, 0.4, 0.4],
         "lora_rank8_lr1e-4": [0.1, 0.4, 0.6, 0.7, 0.7, 0.72],
@@ -313,8 +362,12 @@ def _recorded_sweep(tmp_path: Path) -> Path:
         run = sweep_dir / "runs" / name
         run.mkdir(parents=True)
         state = "failed" if values is None else "finished"
-        lines = [f"step:{i} - critic/score/mean:{v}" for i, v in enumerate(values or [], 1)]
-        (run / "output.log").write_text("\n".join(lines) + "\nRuntimeError: CUDA out of memory\n")
+        lines = [
+            json.dumps({"step": i, "data": {"critic/score/mean": v}})  # NaN as verl writes it
+            for i, v in enumerate(values or [], 1)
+        ]
+        (run / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+        (run / "output.log").write_text("RuntimeError: CUDA out of memory\n")
         (run / "status.json").write_text(
             json.dumps(
                 {

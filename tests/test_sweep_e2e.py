@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import run_bounded, wandb_records
 
+from rlvr.train.metrics_log import read_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TIMEOUT_S = 1500
 pytestmark = pytest.mark.slow
@@ -88,6 +90,10 @@ def test_every_point_trains_and_is_recorded(sweep) -> None:
         log = (sweep_dir / "runs" / name / "output.log").read_text()
         assert f"trainer.experiment_name=mini__{name}" in log
         assert "step:2 - " in log
+        # the per-step JSON lines the sweep scores from (verl's file logger, paths.metrics)
+        records = read_steps(sweep_dir / "runs" / name / "metrics.jsonl")
+        assert [r.step for r in records] == [0, 1, 2]
+        assert all("critic/score/mean" in r.metrics for r in records[1:])
     assert not list(sweep_dir.glob("runs/*/checkpoints"))  # save_freq=-1 unless asked
 
 
@@ -132,7 +138,8 @@ def test_rerun_skips_finished_points(sweep) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "final_reward_vs_lr.png" in result.stdout
-    from rlvr.sweep.runner import SweepSpec, parse_grid, run_sweep
+    from rlvr.sweep.grid import SweepSpec, parse_grid
+    from rlvr.sweep.runner import run_sweep
 
     spec = SweepSpec(
         "mini",

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import run_bounded, wandb_records
 
+from rlvr.train.metrics_log import read_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
 pytestmark = pytest.mark.slow
@@ -109,6 +111,19 @@ def test_wandb_offline_run_holds_the_metrics(workdir: Path, first_run: str) -> N
     assert "exit" in kinds  # the run was finished, not cut off at process exit
 
 
+def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> None:
+    """verl's file logger (configs/grpo.yaml) wrote paths.metrics, beside the checkpoints."""
+    assert f"file logger: appending to {workdir}/checkpoints/e2e/metrics.jsonl" in first_run
+    records = read_steps(workdir / "checkpoints/e2e/metrics.jsonl")
+    assert [r.step for r in records] == [0, 1, 2]
+    for record in records[1:]:
+        assert record.metrics["critic/score/mean"] >= 0.0
+        assert record.metrics["actor/grad_norm"] > 0.0
+        assert record.metrics["global_seqlen/min"] > 0  # a torch tensor in verl: the hook's fix
+    assert "val-core/countdown/acc/mean@1" in records[0].metrics  # before training
+    assert "val-core/countdown/acc/mean@1" in records[2].metrics  # test_freq=2
+
+
 def test_eval_cli_reads_the_checkpoint(workdir: Path, first_run: str) -> None:
     """The eval CLI on the real verl ``actor/huggingface`` layout: reward, then analyse."""
     import sys
@@ -148,6 +163,10 @@ def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> 
     # steps 1 and 2 are not trained again (a validation line at step 2 is expected on resume)
     assert not re.search(r"step:[12] - .*actor/entropy", output)
     assert (workdir / "checkpoints/e2e/global_step_3/actor/huggingface/model.safetensors").is_file()
+    # the resumed run appended to the same JSON lines: the first run's steps are still there
+    records = read_steps(workdir / "checkpoints/e2e/metrics.jsonl")
+    assert [r.step for r in records] == [0, 1, 2, 3]
+    assert "actor/entropy" in records[1].metrics and "actor/entropy" in records[3].metrics
 
 
 def _records(run_file: Path) -> tuple[list[dict], set[str]]:

@@ -1,17 +1,22 @@
 """The Ray setup hook: imports neither torch nor verl, and its patches land when verl loads.
 
-Each case runs in a fresh interpreter, as a Ray worker would run the hook.
+Each case that imports verl runs in a fresh interpreter, as a Ray worker would run the hook.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
+
+from rlvr.train import verl_hooks
+from rlvr.train.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,3 +125,134 @@ def test_trace_records_devices_at_hook_and_at_torch_import(tmp_path: Path) -> No
         "3",
         "5",
     )
+
+
+# What verl 0.6.1 logs on a CPU training step, by type: trainer.balance_batch's
+# log_seqlen_unbalance gives 0-d torch tensors (int64, and float32 for the mean), reduce_metrics
+# np.float64 (a float subclass: fine), and validation can give np.float32 (Agent-R1 issue 83).
+VERL_STEP = """
+    import numpy as np, torch
+    DATA = {
+        "global_seqlen/min": torch.tensor(20520328),
+        "global_seqlen/mean": torch.tensor(20520328.0),
+        "actor/pg_loss": np.float64(-0.5),
+        "val-core/countdown/acc/mean@1": np.float32(0.25),
+        "actor/grad_norm": float("nan"),
+        "training/global_step": 1,
+    }
+"""
+
+
+def test_unpatched_file_logger_crashes_on_verl_metrics(tmp_path: Path) -> None:
+    """Negative control: without the hook, verl 0.6.1's FileLogger raises on a real step's
+    metrics (its bare json.dumps), and cannot open a VERL_FILE_LOGGER_PATH in a new folder."""
+    result = _run(
+        textwrap.dedent(VERL_STEP)
+        + textwrap.dedent(f"""
+        import json, os
+        from verl.utils.tracking import FileLogger
+        errors = {{}}
+        try:
+            json.dumps({{"step": 1, "data": DATA}})
+        except TypeError as exc:
+            errors["dumps"] = str(exc)
+        os.environ["VERL_FILE_LOGGER_PATH"] = {str(tmp_path / "raw.jsonl")!r}
+        logger = FileLogger("p", "e")
+        try:
+            logger.log(data=DATA, step=1)
+        except TypeError as exc:
+            errors["log"] = str(exc)
+        os.environ["VERL_FILE_LOGGER_PATH"] = {str(tmp_path / "new/raw.jsonl")!r}
+        try:
+            FileLogger("p", "e")
+        except FileNotFoundError as exc:
+            errors["new_folder"] = type(exc).__name__
+        print(json.dumps(errors))
+        """)
+    )
+    assert result == {
+        "dumps": "Object of type Tensor is not JSON serializable",
+        "log": "Object of type Tensor is not JSON serializable",
+        "new_folder": "FileNotFoundError",
+    }
+
+
+def test_file_logger_fix_writes_plain_numbers_flushed_and_appended(tmp_path: Path) -> None:
+    path = tmp_path / "new/folder/metrics.jsonl"
+    result = _run(
+        textwrap.dedent(VERL_STEP)
+        + textwrap.dedent(f"""
+        import json, os
+        from rlvr.train import verl_hooks
+        verl_hooks.install()
+        from verl.utils.tracking import FileLogger
+        os.environ["VERL_FILE_LOGGER_PATH"] = {str(path)!r}
+        logger = FileLogger("p", "e")
+        logger.log(data=DATA, step=1)
+        before_finish = open({str(path)!r}).read().count("\\n")  # a run that dies keeps it
+        logger.finish()
+        resumed = FileLogger("p", "e")  # a resumed run appends
+        resumed.log(data={{"critic/score/mean": np.float32(0.5)}}, step=2)
+        resumed.finish()
+        print(json.dumps({{"before_finish": before_finish}}))
+        """)
+    )
+    assert result == {"before_finish": 1}
+    text = path.read_text()
+    assert '"global_seqlen/min": 20520328,' in text  # an int, as the tensor held
+    assert '"actor/grad_norm": NaN' in text
+    one, two = read_steps(path)
+    assert (one.step, two.step) == (1, 2)
+    assert one.metrics["global_seqlen/mean"] == 20520328.0
+    assert one.metrics["val-core/countdown/acc/mean@1"] == 0.25
+    assert math.isnan(one.metrics["actor/grad_norm"]) and two.metrics == {"critic/score/mean": 0.5}
+
+
+def test_file_logger_patch_refuses_a_changed_verl() -> None:
+    class FileLogger:  # a later verl's logger with another log signature
+        def __init__(self, project_name: str, experiment_name: str) -> None: ...
+        def log(self, data: dict, step: int, commit: bool = True) -> None: ...
+        def finish(self) -> None: ...
+
+    changed = types.ModuleType("verl.utils.tracking")
+    changed.FileLogger = FileLogger  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="PR 4811"):
+        verl_hooks._fix_file_logger(changed)
+    assert not hasattr(FileLogger.log, "_rlvr_plain_json")
+    with pytest.raises(RuntimeError, match="is not the one"):
+        verl_hooks._fix_file_logger(types.ModuleType("verl.utils.tracking"))
+
+
+def test_fit_points_the_file_logger_at_paths_metrics(tmp_path: Path) -> None:
+    """verl merges the runtime env away from the config root, so ``${...}`` in its env_vars
+    would arrive unresolved: the fit wrapper sets VERL_FILE_LOGGER_PATH in the TaskRunner."""
+    result = _run(
+        f"""
+        import json, os, types
+        from omegaconf import OmegaConf
+        from rlvr.train import verl_hooks
+        verl_hooks.install()
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        config = OmegaConf.create({{"paths": {{"metrics": {str(tmp_path / "m.jsonl")!r}}}}})
+        try:  # verl's fit fails at once on this config; the path is set before it runs
+            RayPPOTrainer.fit(types.SimpleNamespace(config=config))
+        except Exception:
+            pass
+        print(json.dumps({{"path": os.environ.get("VERL_FILE_LOGGER_PATH")}}))
+        """,
+        {"VERL_FILE_LOGGER_PATH": "/inherited/elsewhere.jsonl"},
+    )
+    assert result == {"path": str(tmp_path / "m.jsonl")}
+
+
+def test_recipe_logs_json_lines_beside_the_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    from omegaconf import OmegaConf
+
+    from rlvr.train.config import compose
+
+    config = compose("countdown_cpu", ["trainer.default_local_dir=/runs/a"])
+    OmegaConf.resolve(config)
+    assert "file" in config.trainer.logger
+    monkeypatch.delenv(verl_hooks.FILE_LOGGER_PATH_ENV, raising=False)
+    assert verl_hooks.set_metrics_path(config) == "/runs/a/metrics.jsonl"
+    assert verl_hooks.set_metrics_path(OmegaConf.create({"paths": {}})) is None

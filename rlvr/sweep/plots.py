@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rlvr.sweep.runner import REWARD_KEY, SweepError, SweepRow, write_tables
+from rlvr.sweep.folder import SweepRow
+from rlvr.sweep.grid import SweepError
+from rlvr.sweep.history import REWARD_KEY
+from rlvr.sweep.tables import write_tables
 
 
 def default_x_axis(axes: Sequence[str]) -> str:
@@ -30,71 +35,64 @@ def _series_label(row: SweepRow, series_axes: Sequence[str]) -> str:
     return ", ".join(f"{a.split('.')[-1]}={row.values[a]}" for a in series_axes) or "all runs"
 
 
-def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: str = "") -> Path:
-    """Final reward against ``x_axis``, one line per combination of the other axes.
+@dataclass
+class _XAxis:
+    name: str
+    values: list[str]  # the grid's own values, as written, in grid order
+    position: dict[str, float]  # value -> x coordinate (its number, or its index)
+    log: bool
 
-    Collapsed runs are crosses edged in red (at 0 when the run went NaN); failed runs (no
-    metrics) sit on the x axis as thin crosses, so a hole in the grid is visible rather than
-    silently missing. Marker colours follow their series.
-    """
-    import matplotlib
+    @classmethod
+    def of(cls, rows: Sequence[SweepRow], name: str) -> _XAxis:
+        values = list(dict.fromkeys(row.values[name] for row in rows))
+        numeric = _numeric(values)
+        coordinates = numeric if numeric else [float(i) for i in range(len(values))]
+        log = bool(numeric and min(numeric) > 0 and max(numeric) / min(numeric) >= 10)
+        return cls(name, values, dict(zip(values, coordinates, strict=True)), log)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def x(self, row: SweepRow) -> float:
+        return self.position[row.values[self.name]]
 
-    if not rows:
-        raise SweepError("no runs to plot")
-    axes = list(rows[0].values)
-    if x_axis not in axes:
-        raise SweepError(f"--x {x_axis!r} is not a grid axis ({', '.join(axes)})")
-    series_axes = [a for a in axes if a != x_axis]
-    x_values = list(dict.fromkeys(row.values[x_axis] for row in rows))
-    numeric = _numeric(x_values)
-    position = dict(zip(x_values, numeric if numeric else range(len(x_values)), strict=True))
-    log_x = bool(numeric and min(numeric) > 0 and max(numeric) / min(numeric) >= 10)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def _plot_series(ax: Any, members: Sequence[SweepRow], x_axis: _XAxis, colour: str) -> set[str]:
+    """One series' line of final rewards and its collapse/failure markers; returns the markers
+    drawn ("collapsed", "failed")."""
+    points = [
+        (x_axis.x(r), r.summary.final_reward)
+        for r in members
+        if r.summary is not None and r.summary.final_reward is not None
+    ]
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", color=colour)
+    marked = set()
+    for r in members:
+        x, summary = x_axis.x(r), r.summary
+        if summary is not None and summary.collapsed:  # a NaN run has no final: draw at 0
+            y = summary.final_reward if summary.final_reward is not None else 0.0
+            ax.scatter(
+                [x],
+                [y],
+                marker="X",
+                s=170,
+                color=colour,
+                edgecolors="red",
+                linewidths=2,
+                zorder=5,
+                label="_collapsed",
+            )
+            marked.add("collapsed")
+        elif summary is None or summary.final_reward is None:
+            ax.scatter([x], [0.0], marker="x", s=90, color=colour, zorder=4, label="_failed")
+            marked.add("failed")
+    return marked
+
+
+def _marker_handles(marked: set[str]) -> list[Any]:
     from matplotlib.lines import Line2D
 
-    labels = list(dict.fromkeys(_series_label(row, series_axes) for row in rows))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     handles = []
-    marked = {"collapsed": False, "failed": False}
-    for index, label in enumerate(labels):
-        colour = palette[index % len(palette)]
-        members = sorted(
-            (r for r in rows if _series_label(r, series_axes) == label),
-            key=lambda r: position[r.values[x_axis]],
-        )
-        points = [
-            (position[r.values[x_axis]], r.summary.final_reward)
-            for r in members
-            if r.summary is not None and r.summary.final_reward is not None
-        ]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", color=colour)
-        handles.append(Line2D([], [], color=colour, marker="o", label=label))
-        for r in members:
-            x, summary = position[r.values[x_axis]], r.summary
-            if summary is not None and summary.collapsed:  # a NaN run has no final: draw at 0
-                y = summary.final_reward if summary.final_reward is not None else 0.0
-                ax.scatter(
-                    [x],
-                    [y],
-                    marker="X",
-                    s=170,
-                    color=colour,
-                    edgecolors="red",
-                    linewidths=2,
-                    zorder=5,
-                    label="_collapsed",
-                )
-                marked["collapsed"] = True
-            elif summary is None or summary.final_reward is None:
-                ax.scatter([x], [0.0], marker="x", s=90, color=colour, zorder=4, label="_failed")
-                marked["failed"] = True
-    if marked["collapsed"]:
+    if "collapsed" in marked:
         handles.append(
             Line2D(
                 [],
@@ -108,23 +106,60 @@ def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: 
                 label="collapsed (NaN: drawn at 0)",
             )
         )
-    if marked["failed"]:
+    if "failed" in marked:
         handles.append(
             Line2D([], [], marker="x", linestyle="", color="grey", label="failed / no metrics")
         )
+    return handles
+
+
+def _finish_final_axes(ax: Any, rows: Sequence[SweepRow], x_axis: _XAxis, title: str) -> None:
     finals = [
         r.summary.final_reward for r in rows if r.summary and r.summary.final_reward is not None
     ]
     ax.set_ylim(-0.03, max(0.1, *finals) * 1.1)  # rewards are >= 0; keep the zero line visible
-    if log_x:
+    if x_axis.log:
         ax.set_xscale("log")
         ax.minorticks_off()
-    ax.set_xticks(list(position.values()), x_values)  # the grid's own values, as written
-    ax.set_xlabel(x_axis.split(".")[-1] + (" (log scale)" if log_x else ""))
+    ax.set_xticks(list(x_axis.position.values()), x_axis.values)
+    short = x_axis.name.split(".")[-1]
+    ax.set_xlabel(short + (" (log scale)" if x_axis.log else ""))
     ax.set_ylabel(f"final reward (mean {REWARD_KEY}, last steps)")
-    ax.set_title(title or f"final reward vs {x_axis.split('.')[-1]}")
+    ax.set_title(title or f"final reward vs {short}")
     ax.grid(True, alpha=0.3)
-    ax.legend(handles=handles, fontsize=8)
+
+
+def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: str = "") -> Path:
+    """Final reward against ``x_axis``, one line per combination of the other axes.
+
+    Collapsed runs are crosses edged in red (at 0 when the run went NaN); failed runs (no
+    metrics) sit on the x axis as thin crosses, so a hole in the grid is visible rather than
+    silently missing. Marker colours follow their series.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    if not rows:
+        raise SweepError("no runs to plot")
+    axes = list(rows[0].values)
+    if x_axis not in axes:
+        raise SweepError(f"--x {x_axis!r} is not a grid axis ({', '.join(axes)})")
+    series_axes = [a for a in axes if a != x_axis]
+    x = _XAxis.of(rows, x_axis)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = list(dict.fromkeys(_series_label(row, series_axes) for row in rows))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles, marked = [], set()
+    for index, label in enumerate(labels):
+        colour = palette[index % len(palette)]
+        members = sorted((r for r in rows if _series_label(r, series_axes) == label), key=x.x)
+        marked |= _plot_series(ax, members, x, colour)
+        handles.append(Line2D([], [], color=colour, marker="o", label=label))
+    _finish_final_axes(ax, rows, x, title)
+    ax.legend(handles=handles + _marker_handles(marked), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

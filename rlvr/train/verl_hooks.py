@@ -13,6 +13,23 @@ The patches:
 - always: wandb losing the last steps. verl 0.6.1 calls ``wandb.finish()`` only in its tracker's
   ``__del__``, which does not run before Ray ends the TaskRunner, so queued history never
   reaches the run file. ``RayPPOTrainer.fit`` is wrapped to finish the run.
+- always: where verl's ``file`` logger writes. ``VERL_FILE_LOGGER_PATH`` cannot come from the
+  config's runtime env (verl merges ``ray_kwargs.ray_init.runtime_env`` away from the config's
+  root without resolving it, so an interpolation would arrive as the literal ``${...}``): the
+  same ``fit`` wrapper sets it in the TaskRunner from the resolved ``paths.metrics``
+  (``configs/grpo.yaml``), on whichever node the TaskRunner runs.
+- always: verl 0.6.1's ``file`` logger (``verl.utils.tracking.FileLogger``) itself. Its ``log``
+  is a bare ``json.dumps``, which raises ``TypeError: Object of type Tensor is not JSON
+  serializable`` on the first training step: verl's own ``global_seqlen/*`` metrics
+  (``log_seqlen_unbalance``, run by the default ``trainer.balance_batch`` on GPU and CPU alike)
+  are 0-d torch tensors, and validation can give ``np.float32`` (Agent-R1 issue 83). Fixed
+  upstream after 0.6.1 (verl PR 4811, "fix: json encode error in filelogger"). The patched
+  ``log`` turns numpy/torch values into Python numbers (``.tolist()``, which is ``.item()`` for a
+  scalar) and flushes each line (verl's only flushes when the tracker is collected, which need
+  not happen before Ray ends the TaskRunner or a run is killed); ``__init__`` creates the file's
+  folder (verl only does for its default place, not for ``VERL_FILE_LOGGER_PATH``) and appends,
+  so a resumed run adds its steps to the same file instead of truncating it. The class's method
+  signatures are checked first: if verl changed them the patch raises rather than guess.
 - with ``RLVR_CPU_COMPAT=1`` (set by the CPU overlays) and no CUDA: ``rlvr.cpu.compat``.
 - with ``RLVR_TRACE_DIR`` set (the CPU rehearsal): one JSON line per process recording
   ``CUDA_VISIBLE_DEVICES`` at hook time and when torch is first imported, so a rehearsal can
@@ -24,6 +41,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import json
 import os
 import sys
@@ -34,6 +52,14 @@ from typing import Any
 
 CPU_COMPAT_ENV = "RLVR_CPU_COMPAT"
 TRACE_DIR_ENV = "RLVR_TRACE_DIR"
+FILE_LOGGER_PATH_ENV = "VERL_FILE_LOGGER_PATH"  # read by verl's FileLogger
+METRICS_PATH_KEY = "paths.metrics"  # the config key that sets it
+# verl 0.6.1's FileLogger methods and their parameters; anything else is a verl we have not read.
+FILE_LOGGER_SHAPE = {
+    "__init__": ("self", "project_name", "experiment_name"),
+    "log": ("self", "data", "step"),
+    "finish": ("self",),
+}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -84,7 +110,8 @@ def install() -> None:
     if os.environ.get(TRACE_DIR_ENV):
         _trace("hook")
         after_import("torch", lambda module: _trace("torch_imported"))
-    after_import("verl.trainer.ppo.ray_trainer", _finish_wandb_after_fit)
+    after_import("verl.trainer.ppo.ray_trainer", _wrap_fit)
+    after_import("verl.utils.tracking", _fix_file_logger)
     if os.environ.get(CPU_COMPAT_ENV) == "1":
         # verl's package import pulls in torch; the CPU fixes patch both.
         after_import("verl", lambda module: _install_cpu_compat())
@@ -114,7 +141,8 @@ def _trace(event: str) -> None:
         handle.write(json.dumps(record) + "\n")
 
 
-def _finish_wandb_after_fit(module: ModuleType) -> None:
+def _wrap_fit(module: ModuleType) -> None:
+    """``RayPPOTrainer.fit``: point the file logger at ``paths.metrics``, finish wandb after."""
     trainer_class = module.RayPPOTrainer
     original = trainer_class.fit
     if getattr(original, "_rlvr_finishes_wandb", False):
@@ -122,6 +150,7 @@ def _finish_wandb_after_fit(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        set_metrics_path(self.config)
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -131,3 +160,66 @@ def _finish_wandb_after_fit(module: ModuleType) -> None:
 
     fit._rlvr_finishes_wandb = True  # type: ignore[attr-defined]
     trainer_class.fit = fit
+
+
+def set_metrics_path(config: Any) -> str | None:
+    """``VERL_FILE_LOGGER_PATH`` = the resolved ``paths.metrics``, when the config has one (it
+    decides over an inherited value, so the sweep always finds its file); returns it."""
+    from omegaconf import OmegaConf
+
+    path = OmegaConf.select(config, METRICS_PATH_KEY, default=None)
+    if path is None:
+        return None
+    os.environ[FILE_LOGGER_PATH_ENV] = str(path)
+    return str(path)
+
+
+def _json_default(value: Any) -> Any:
+    """For ``json.dumps``: numpy and torch values (scalars, arrays, tensors) as Python ones."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _check_file_logger(logger_class: Any) -> None:
+    """Refuse to patch a FileLogger that is not verl 0.6.1's (see FILE_LOGGER_SHAPE)."""
+    found = {
+        name: tuple(inspect.signature(method).parameters)
+        for name in FILE_LOGGER_SHAPE
+        if callable(method := getattr(logger_class, name, None))
+    }
+    if found != FILE_LOGGER_SHAPE:
+        raise RuntimeError(
+            "verl.utils.tracking.FileLogger is not the one rlvr/train/verl_hooks.py patches "
+            f"(expected methods {FILE_LOGGER_SHAPE}, found {found}); check whether this verl "
+            "still needs the patch (fixed upstream by verl PR 4811) and update the hook"
+        )
+
+
+def _fix_file_logger(module: ModuleType) -> None:
+    logger_class: Any = getattr(module, "FileLogger", None)
+    _check_file_logger(logger_class)
+    if getattr(logger_class.log, "_rlvr_plain_json", False):
+        return
+
+    def __init__(self: Any, project_name: str, experiment_name: str) -> None:
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.filepath = os.environ.get(FILE_LOGGER_PATH_ENV) or os.path.join(
+            os.path.expanduser(os.environ.get("VERL_FILE_LOGGER_ROOT", ".")),
+            project_name,
+            f"{experiment_name}.jsonl",
+        )
+        os.makedirs(os.path.dirname(os.path.abspath(self.filepath)), exist_ok=True)
+        print(f"file logger: appending to {self.filepath}")
+        self.fp = open(self.filepath, "a", encoding="utf-8")  # noqa: SIM115 (closed by finish)
+
+    def log(self: Any, data: dict[str, Any], step: int) -> None:
+        record = {"step": step, "data": data}
+        self.fp.write(json.dumps(record, default=_json_default) + "\n")
+        self.fp.flush()
+
+    log._rlvr_plain_json = True  # type: ignore[attr-defined]
+    logger_class.__init__ = __init__
+    logger_class.log = log
