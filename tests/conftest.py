@@ -1,4 +1,5 @@
-"""Shared fixtures: the offline tiny tokenizer is built once per session."""
+"""Shared fixtures (the offline tiny model and tokenizer, built once per session) and the
+``no_cuda`` marker: a test of the CPU path is skipped where torch sees CUDA."""
 
 from __future__ import annotations
 
@@ -30,6 +31,18 @@ def run_bounded(
         assert not leftovers, f"Ray processes left behind: {leftovers}"
     assert done.returncode == 0, done.output[-6000:]
     return done.output
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.no_cuda``: the test exercises what happens without CUDA (the CPU fixes,
+    the HF backend picked by ``auto``, the quickstart's CPU path); where CUDA is available the
+    code takes its GPU path instead, so the test is skipped rather than failed."""
+    if item.get_closest_marker("no_cuda") is None:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("no_cuda: tests the path taken without CUDA, and torch sees CUDA here")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The CPU compatibility layer: every fix works without CUDA and changes nothing with CUDA.
 
-Each check runs in a fresh interpreter because ``install()`` patches process-global state.
+``install()`` patches process-global state for good, so the test that applies every fix runs in
+a fresh interpreter; the others run here and patch only what pytest's ``monkeypatch`` undoes.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -20,30 +22,42 @@ def _run(code: str) -> str:
     return done.stdout
 
 
-def test_noop_when_cuda_is_available() -> None:
-    out = _run(
-        """
-        import torch, torch.distributed as dist
-        torch.cuda.is_available = lambda: True
-        before = (dist.init_process_group, torch.autocast, hasattr(torch.cpu, "get_rng_state"))
-        import verl.utils.profiler.performance as perf
-        gather_before = perf.topk_reduce_ratio_min_max
-        from verl.workers.rollout import base
-        from rlvr.cpu import compat as cpu_compat
-        assert cpu_compat.install() == []
-        after = (dist.init_process_group, torch.autocast, hasattr(torch.cpu, "get_rng_state"))
-        assert before == after, (before, after)
-        assert perf.topk_reduce_ratio_min_max is gather_before
-        assert ("hf", "sync") not in base._ROLLOUT_REGISTRY
-        import verl.workers.fsdp_workers as w
-        from verl.utils.fsdp_utils import CPUOffloadPolicy
-        assert w.CPUOffloadPolicy is CPUOffloadPolicy
-        print("unchanged")
-        """
-    )
-    assert "unchanged" in out
+def _patchable_state() -> dict[str, Any]:
+    """Everything ``install()`` may patch, as it is now."""
+    import torch
+    import torch.distributed as dist
+    import verl.utils.profiler.performance as perf
+    import verl.workers.fsdp_workers as workers
+    from verl.workers.rollout import base
+
+    return {
+        "init_process_group": dist.init_process_group,
+        "autocast": torch.autocast,
+        "torch.cpu": sorted(vars(torch.cpu)),
+        "timing_gather": perf.topk_reduce_ratio_min_max,
+        "workers.timing_gather": workers.topk_reduce_ratio_min_max,
+        "CPUOffloadPolicy": workers.CPUOffloadPolicy,
+        "rollouts": dict(base._ROLLOUT_REGISTRY),
+    }
 
 
+def test_noop_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from verl.utils.fsdp_utils import CPUOffloadPolicy
+    from verl.workers.rollout import base
+
+    from rlvr.cpu import compat as cpu_compat
+
+    before = _patchable_state()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cpu_compat, "_installed", False)  # as in a fresh worker
+    assert cpu_compat.install() == []
+    assert _patchable_state() == before
+    assert ("hf", "sync") not in base._ROLLOUT_REGISTRY
+    assert before["CPUOffloadPolicy"] is CPUOffloadPolicy
+
+
+@pytest.mark.no_cuda
 def test_fixes_apply_and_work_without_cuda() -> None:
     out = _run(
         """
@@ -167,55 +181,75 @@ def test_hf_rollout_merges_lora_like_peft(tmp_path) -> None:
         asyncio.run(rollout.update_weights(iter([]), peft_config=config, base_sync_done=True))
 
 
-def test_hf_rollout_generates_like_plain_generate(tmp_path) -> None:
+def test_hf_rollout_generates_like_plain_generate(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rollout's responses equal plain greedy ``generate`` (guards the position-ids bug)."""
-    out = _run(
-        f"""
-        import numpy as np, torch
-        from omegaconf import OmegaConf
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from verl import DataProto
-        from rlvr.cpu import compat as cpu_compat
-        cpu_compat.install()
-        from rlvr.cpu.rollout import HFSyncRollout
-        from rlvr.models.tiny import build_model
-        import transformers
+    import numpy as np
+    import torch
+    import transformers
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl import DataProto
 
-        seen_kwargs = []
-        original_generate = transformers.GenerationMixin.generate
-        def spy(self, *args, **kwargs):
-            seen_kwargs.append(set(kwargs))
-            return original_generate(self, *args, **kwargs)
-        transformers.GenerationMixin.generate = spy
+    from rlvr.cpu import compat as cpu_compat
+    from rlvr.cpu.rollout import HFSyncRollout
+    from rlvr.models.tiny import build_model
 
-        path = build_model({str(tmp_path / "m")!r}, seed=3)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        reference = AutoModelForCausalLM.from_pretrained(path)
-        rollout = HFSyncRollout(
-            OmegaConf.create({{"_target_": "verl.workers.config.RolloutConfig", "name": "hf", "mode": "sync",
-                              "response_length": 12, "prompt_length": 32, "do_sample": False}}),
-            OmegaConf.create({{"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}}),
-            device_mesh=None,
-        )
-        encoded = [tokenizer(t)["input_ids"] for t in ["Using the numbers 2, 3, 7", "reach the target 13 with"]]
-        width = max(map(len, encoded))
-        pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-        attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        prompts = DataProto.from_dict(
-            tensors={{"input_ids": input_ids, "attention_mask": attention, "position_ids": positions}},
-            non_tensors={{"dummy": np.zeros(2)}},
-            meta_info={{"eos_token_id": tokenizer.eos_token_id, "pad_token_id": pad, "do_sample": False}},
-        )
-        out = rollout.generate_sequences(prompts)
-        expected = reference.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=12,
-                                      do_sample=False, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
-        for row in range(2):
-            got, want = out.batch["responses"][row].tolist(), expected[row, width:].tolist()
-            assert got[: len(want)] == want, (got, want)
-        assert seen_kwargs and all("position_ids" not in kw for kw in seen_kwargs), seen_kwargs
-        print("same tokens")
-        """
+    # The two CPU fixes HFRollout's generate path needs (fp32 instead of bf16 autocast, and
+    # ``torch.cpu.empty_cache``), undone after the test; other tests never see them.
+    monkeypatch.setattr(torch, "autocast", torch.autocast)
+    cpu_compat._no_cpu_autocast()
+    monkeypatch.setattr(torch.cpu, "empty_cache", lambda: None, raising=False)
+
+    seen_kwargs: list[set[str]] = []
+    original_generate = transformers.GenerationMixin.generate
+
+    def spy(self, *args, **kwargs):
+        seen_kwargs.append(set(kwargs))
+        return original_generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", spy)
+
+    path = build_model(tmp_path / "m", seed=3)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    reference = AutoModelForCausalLM.from_pretrained(path)
+    rollout = HFSyncRollout(
+        OmegaConf.create(
+            {
+                "_target_": "verl.workers.config.RolloutConfig",
+                "name": "hf",
+                "mode": "sync",
+                "response_length": 12,
+                "prompt_length": 32,
+                "do_sample": False,
+            }
+        ),
+        OmegaConf.create({"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}),
+        device_mesh=None,
     )
-    assert "same tokens" in out
+    texts = ["Using the numbers 2, 3, 7", "reach the target 13 with"]
+    encoded = [tokenizer(t)["input_ids"] for t in texts]
+    width = max(map(len, encoded))
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
+    attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    prompts = DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention, "position_ids": positions},
+        non_tensors={"dummy": np.zeros(2)},
+        meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": pad, "do_sample": False},
+    )
+    out = rollout.generate_sequences(prompts)
+    expected = reference.generate(
+        input_ids=input_ids,
+        attention_mask=attention,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    for row in range(2):
+        got, want = out.batch["responses"][row].tolist(), expected[row, width:].tolist()
+        assert got[: len(want)] == want, (got, want)
+    assert seen_kwargs and all("position_ids" not in kw for kw in seen_kwargs), seen_kwargs

@@ -1,4 +1,4 @@
-"""Shared data plumbing: atomic writes, the scripts' exit codes, and verl reading our Parquet."""
+"""Shared data plumbing: atomic writes, the prep CLI's exit codes, and verl reading our Parquet."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from rlvr.data.prep import DataPrepError, parse_int, parse_int_list, write_splits
+from rlvr.tasks import prep_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,60 +49,65 @@ def test_parse_helpers() -> None:
         parse_int_list("nope", "w")
 
 
-def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(ROOT)},
-    )
-
-
-def test_countdown_script_end_to_end(tmp_path: Path) -> None:
+def test_countdown_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cd"
-    done = _run(
-        "data_prep_countdown.py",
-        "--source",
-        "generate",
-        "--train_size",
-        "200",
-        "--test_size",
-        "20",
-        "--local_dir",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "train: 200 rows" in done.stdout and "stats: numbers per task" in done.stdout
-    assert '"data_source": "countdown"' in done.stdout  # the rendered example
+    argv = ["--source", "generate", "--train_size", "200", "--test_size", "20"]
+    assert prep_cli.main("countdown", [*argv, "--local_dir", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "train: 200 rows" in stdout and "stats: numbers per task" in stdout
+    assert '"data_source": "countdown"' in stdout  # the rendered example
     assert {p.name for p in out.iterdir()} == {"train.parquet", "test.parquet"}
 
 
+def _hub_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``datasets.load_dataset`` as it fails offline (no network in tests)."""
+    import datasets
+
+    def offline(name: str, *args: object, **kwargs: object) -> None:
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (offline mode is enabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+
+
 @pytest.mark.parametrize(
-    ("script", "args", "message"),
+    ("task", "args", "message"),
     [
-        ("data_prep_countdown.py", ["--source", "missing.jsonl"], "no such file"),
-        ("data_prep_countdown.py", ["--source", "hf"], "Hugging Face hub"),
-        ("data_prep_gsm8k.py", ["--source", "hf"], "--source PATH"),
-        ("data_prep_countdown.py", ["--source", "generate", "--test_size", "0"], "--test_size"),
+        ("countdown", ["--source", "missing.jsonl"], "no such file"),
+        ("countdown", ["--source", "hf"], "'Jiayi-Pan/Countdown-Tasks-3to4' from the Hugging Face"),
+        ("gsm8k", ["--source", "hf"], "--source PATH"),
+        ("countdown", ["--source", "generate", "--test_size", "0"], "--test_size"),
     ],
 )
-def test_scripts_exit_2_on_bad_input(tmp_path: Path, script: str, args: list, message: str) -> None:
+def test_cli_returns_2_on_bad_input(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    task: str,
+    args: list[str],
+    message: str,
+) -> None:
+    _hub_unreachable(monkeypatch)
     out = tmp_path / "out"
-    done = _run(script, *args, "--local_dir", str(out))
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr
+    assert prep_cli.main(task, [*args, "--local_dir", str(out)]) == 2
+    assert message in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_scripts_help_explains_every_flag() -> None:
+def test_scripts_run_and_explain_every_flag() -> None:
+    """The one run of each script file itself (its imports as a script, its docstring as help);
+    everything else calls ``rlvr.tasks.prep_cli.main`` in-process."""
     for script in ("data_prep_countdown.py", "data_prep_gsm8k.py"):
-        done = _run(script, "--help")
-        assert done.returncode == 0
-        assert (
-            "--source" in done.stdout and "--template" in done.stdout and "Usage" not in done.stderr
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / script), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
         )
+        assert done.returncode == 0, done.stderr
+        assert "--source" in done.stdout and "--template" in done.stdout
+        assert "Exit code 2 on bad input" in done.stdout  # the script's own docstring
+        assert not done.stderr
 
 
 @pytest.mark.parametrize("task", ["countdown", "gsm8k"])

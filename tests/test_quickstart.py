@@ -11,9 +11,10 @@ import pytest
 from conftest import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
 
 
+@pytest.mark.slow
+@pytest.mark.no_cuda  # with GPUs the quickstart runs the 8-GPU recipe instead
 def test_quickstart_tiny(tmp_path: Path) -> None:
     env = {**os.environ, "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
     output = run_bounded(

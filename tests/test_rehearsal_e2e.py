@@ -17,7 +17,8 @@ import pytest
 from rlvr.common.processes import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# CPU rehearsals: with CUDA the CPU fixes stand aside and the workers would see real GPUs.
+pytestmark = [pytest.mark.slow, pytest.mark.no_cuda]
 
 EXPERIMENTS = {
     # experiment: (extra arguments, seconds allowed)
