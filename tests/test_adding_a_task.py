@@ -113,7 +113,7 @@ def test_a_task_defined_here_runs_prep_preflight_and_eval(
 
     out = tmp_path / "eval"
     argv = ["--model_path", str(tiny_model_dir), "--data", str(data / "echo/test.parquet")]
-    argv += ["--max_tokens", "4", "--quiet", "--output", str(out), "reward"]
+    argv += ["--max_tokens", "4", "--quiet", "--backend", "hf", "--output", str(out), "reward"]
     assert eval_cli.main("echo", "echo eval", argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["task"] == "echo" and summary["prompts"] == 4

@@ -341,6 +341,7 @@ def test_cli_every_command_on_the_tiny_model(
         return code, out, err
 
     common = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
+    common += ["--backend", "hf"]  # auto picks vLLM where there is CUDA
     common += ["--max_tokens", "8", "--limit", "4"]
     # no command given: reward
     code, out, err = cli(*common, "--output", str(tmp_path / "reward"))
@@ -392,6 +393,7 @@ def test_cli_refuses_an_existing_output_unless_forced(
 def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir: Path) -> None:
     """The one run of the script itself, in a bare environment, as a user starts it."""
     args = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
+    args += ["--backend", "hf"]
     args += ["--max_tokens", "4", "--limit", "2", "--output", str(tmp_path / "r"), "--wandb"]
     done = subprocess.run(
         [sys.executable, "scripts/eval_countdown.py", *args],

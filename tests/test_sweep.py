@@ -7,6 +7,7 @@ The real 2x2 GRPO sweep on CPU is in tests/test_sweep_e2e.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -24,6 +25,8 @@ from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
 from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides, run_sweep
 from rlvr.sweep.tables import results_csv
 from rlvr.train.metrics_log import StepRecord, parse_steps, read_steps
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_grid_aliases_order_and_names() -> None:
@@ -453,23 +456,28 @@ def test_plot_refuses_unknown_axis(tmp_path: Path) -> None:
         load_sweep(tmp_path / "nowhere")
 
 
-def test_cli_checks_every_point_before_running(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[1]
+def test_cli_checks_every_point_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    spec = importlib.util.spec_from_file_location("sweep_cli", ROOT / "scripts/sweep.py")
+    assert spec is not None and spec.loader is not None
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
 
-    def sweep(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, str(root / "scripts/sweep.py"), f"--out={tmp_path}", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    def sweep(*args: str) -> tuple[int, str, str]:
+        try:
+            code = cli.main([f"--out={tmp_path}", *args])
+        except SystemExit as exit_:  # argparse
+            code = int(exit_.code or 0)
+        out = capsys.readouterr()
+        return code, out.out, out.err
 
-    bad_key = sweep("--experiment=countdown_cpu", "--grid=actor_rollout_ref.actor.optim.lrr=1")
-    assert bad_key.returncode == 2 and "point lrr1 is not a valid config" in bad_key.stderr
+    code, _, err = sweep("--experiment=countdown_cpu", "--grid=actor_rollout_ref.actor.optim.lrr=1")
+    assert code == 2 and "point lrr1 is not a valid config" in err
     # verl's own check: the mini batch must not exceed the train batch
-    bad_batch = sweep("--experiment=countdown_cpu", "--grid=data.train_batch_size=2,1")
-    assert bad_batch.returncode == 2 and "train_batch_size1" in bad_batch.stderr
-    assert sweep("--grid=lr=1").returncode == 2  # --experiment is required
-    dry = sweep("--experiment=countdown_cpu", "--grid=lr=1e-5,1e-4", "--dry_run")
-    assert dry.returncode == 0 and "lr1e-4: actor_rollout_ref.actor.optim.lr=1e-4" in dry.stdout
+    code, _, err = sweep("--experiment=countdown_cpu", "--grid=data.train_batch_size=2,1")
+    assert code == 2 and "train_batch_size1" in err
+    assert sweep("--grid=lr=1")[0] == 2  # --experiment is required
+    code, out, _ = sweep("--experiment=countdown_cpu", "--grid=lr=1e-5,1e-4", "--dry_run")
+    assert code == 0 and "lr1e-4: actor_rollout_ref.actor.optim.lr=1e-4" in out
     assert not list(tmp_path.iterdir())  # a dry run writes nothing

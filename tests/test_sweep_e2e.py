@@ -24,7 +24,7 @@ from rlvr.train.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TIMEOUT_S = 1500
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_cuda]  # the CPU path
 
 
 def _wandb_run_record(run_dir: Path) -> tuple[str, dict]:

@@ -21,7 +21,7 @@ from rlvr.train.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_cuda]  # the CPU path
 
 
 def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:

@@ -67,6 +67,7 @@ def test_wandb_patch_lands_when_verl_is_imported() -> None:
     assert result == {"patched": True}
 
 
+@pytest.mark.no_cuda
 def test_cpu_fixes_land_when_verl_is_imported() -> None:
     result = _run(
         """
