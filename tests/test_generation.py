@@ -1,4 +1,4 @@
-"""Generation backends: model resolution, batched HF generation, sampled-token log-probs."""
+"""Generation backends: model resolution, batched HF generate, sampled-token log-probs."""
 
 from __future__ import annotations
 
@@ -95,18 +95,36 @@ def test_greedy_matches_manual_decoding_and_logprobs(backend: HFBackend) -> None
         assert torch.allclose(torch.tensor(generation.logprobs), reference, atol=1e-4)
 
 
-def test_sampled_logprobs_are_raw_model_logprobs(backend: HFBackend) -> None:
-    """At temperature 0.5 the recorded values are the model's own log-probs (T = 1), as vLLM's
-    default raw_logprobs mode reports them, not the tempered sampling distribution's."""
+@pytest.mark.parametrize("temperature,top_p", [(0.5, 1.0), (1.0, 0.9), (2.0, 0.5)])
+def test_sampled_logprobs_are_raw_model_logprobs(
+    backend: HFBackend, temperature: float, top_p: float
+) -> None:
+    """Under temperature and top-p the recorded values are the model's own log-probs (T = 1, no
+    nucleus), as vLLM's default raw_logprobs mode reports them, not the sampling distribution's."""
     prompt = _prompts(backend.tokenizer)[0]
-    settings = SamplingSettings(n=2, temperature=0.5, max_tokens=8, seed=3)
+    settings = SamplingSettings(n=2, temperature=temperature, top_p=top_p, max_tokens=8, seed=3)
     first = backend.generate([prompt], settings)[0]
-    again = backend.generate([prompt], settings)[0]
-    assert [g.text for g in first] == [g.text for g in again]  # seeded
     assert first[0].token_ids != first[1].token_ids  # two different samples
     for generation in first:
         reference = _forward_logprobs(backend.model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), reference, atol=1e-4)
+
+
+def test_sampling_is_deterministic_for_a_seed(backend: HFBackend) -> None:
+    """Same seed, same samples (across batches too); another seed, other samples; the caller's
+    torch RNG is left as it was."""
+    prompts = _prompts(backend.tokenizer)
+    settings = SamplingSettings(n=2, temperature=1.0, top_p=0.9, max_tokens=8, seed=7)
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = backend.generate(prompts, settings)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(999)  # the global RNG state does not matter, only the seed
+    assert backend.generate(prompts, settings) == first
+    other = backend.generate(prompts, SamplingSettings(**{**settings.__dict__, "seed": 8}))
+    assert [g.token_ids for group in other for g in group] != [
+        g.token_ids for group in first for g in group
+    ]
 
 
 def test_n_samples_per_prompt_and_batches(backend: HFBackend) -> None:
@@ -193,51 +211,31 @@ def test_vllm_output_conversion() -> None:
     assert _from_vllm(truncated).finish_reason == "length"
 
 
-def test_finished_rows_leave_the_batch_without_disturbing_the_rest(backend: HFBackend) -> None:
-    """Make a token prompt 0 emits early the end-of-sequence token: its row stops and is dropped
-    from the cache mid-batch, and every other row still decodes exactly as it would alone."""
+def test_rows_stop_at_eos_without_disturbing_the_rest(backend: HFBackend) -> None:
+    """Make a token prompt 0 emits early the end-of-sequence token: its row stops there
+    ("stop"), every other row still decodes exactly as it would alone, with its log-probs, and
+    ``ignore_eos`` decodes all max_tokens through it ("length")."""
     prompts = _prompts(backend.tokenizer)
     alone = [_manual_greedy(backend.model, p, 12) for p in prompts]
-    saved = backend.eos_ids
+    config = backend.model.generation_config
+    saved = backend.eos_ids, config.eos_token_id
     backend.eos_ids = [alone[0][2]]
+    config.eos_token_id = alone[0][2]  # as if it were the model's own eos, in every place
     try:
         results = backend.generate(prompts, SamplingSettings(max_tokens=12))
+        ignoring = backend.generate(prompts, SamplingSettings(max_tokens=12, ignore_eos=True))
     finally:
-        backend.eos_ids = saved
+        backend.eos_ids, config.eos_token_id = saved
     stop = alone[0][2]
-    for expected, (generation,) in zip(alone, results, strict=True):
+    for prompt, expected, (generation,), (full,) in zip(
+        prompts, alone, results, ignoring, strict=True
+    ):
         cut = expected[: expected.index(stop) + 1] if stop in expected else expected
         assert generation.token_ids == cut
         assert generation.finish_reason == ("stop" if stop in expected else "length")
-    assert results[0][0].num_tokens <= 3
-
-
-def test_grouped_attention_matches_transformers_sdpa(backend: HFBackend, tiny_model_dir) -> None:
-    """The folded-heads attention gives transformers' own SDPA result on padded batches."""
-    from transformers import AutoModelForCausalLM
-
-    reference = AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
-    assert backend.model.config._attn_implementation == "rlvr_grouped_sdpa"
-    assert backend.model.config.num_key_value_heads < backend.model.config.num_attention_heads
-    ids = torch.randint(3, 100, (3, 9), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :4] = 0
-    mask[2, :1] = 0
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    step_ids, step_mask = ids[:, -1:], torch.cat([mask, torch.ones_like(ids[:, :1])], -1)
-    outputs = []
-    with torch.no_grad():
-        for model in (backend.model, reference):
-            prefill = model(input_ids=ids, attention_mask=mask, position_ids=positions)
-            step = model(
-                input_ids=step_ids,
-                attention_mask=step_mask,
-                position_ids=positions[:, -1:] + 1,
-                past_key_values=prefill.past_key_values,
-            )
-            outputs.append((prefill.logits[mask.bool()], step.logits))
-    (prefill_ours, step_ours), (prefill_ref, step_ref) = outputs
-    torch.testing.assert_close(prefill_ours, prefill_ref, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(step_ours, step_ref, rtol=1e-5, atol=1e-5)
+        reference = _forward_logprobs(backend.model, prompt, cut)
+        assert torch.allclose(torch.tensor(generation.logprobs), reference, atol=1e-4)
+        assert full.token_ids == expected and full.finish_reason == "length"
+        assert len(full.logprobs) == 12
+    reasons = [generation.finish_reason for (generation,) in results]
+    assert reasons[0] == "stop" and "length" in reasons  # a batch with both kinds of row

@@ -1,4 +1,4 @@
-"""Generation backends for eval: batched KV-cached HF decoding (CPU or GPU) and vLLM 0.11 (CUDA).
+"""Generation backends for eval: batched HF ``generate`` (CPU or GPU) and vLLM 0.11 (CUDA).
 
 Both take prompts as token ids (rendered once, exactly as verl renders them in training) and
 return the same structure per sample: text, token count, finish reason and the sampled tokens'
@@ -7,7 +7,8 @@ or top-p, which is what vLLM 0.11 returns by default (``logprobs_mode="raw_logpr
 
 Sampling ignores the model's ``generation_config.json`` (Qwen's ships top_k=20, repetition
 penalty 1.05): eval samples the way verl's rollout does, from temperature and top_p alone. The
-HF backend therefore runs its own KV-cached decoding loop rather than ``generate``.
+HF backend therefore calls ``generate`` with an explicit ``GenerationConfig`` and
+``use_model_defaults=False``.
 """
 
 from __future__ import annotations
@@ -150,60 +151,40 @@ class Backend(Protocol):
     ) -> list[list[Generation]]: ...
 
 
-GROUPED_SDPA = "rlvr_grouped_sdpa"
+class _RawLogprobs:
+    """A logits processor that records each chosen token's log-probability under the raw model.
 
-
-def _grouped_sdpa(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[Any, None]:
-    """SDPA for grouped-query attention that never copies the KV cache.
-
-    With a padding mask, transformers' SDPA path repeats every cached key and value once per
-    query head in the group (``repeat_kv``), copying the whole cache on every decoding step:
-    at batch 16 on CPU that copy costs more than the attention itself. The query heads that
-    share a key/value head are folded into extra query positions instead, which is exact
-    (each query row attends independently) and reads the cache in place.
+    ``generate`` runs processors passed to it before its temperature and top-p warpers (and, with
+    ``use_model_defaults=False`` and a plain config, after nothing else), so the scores it sees
+    are the model's raw logits. Only one step of log-probabilities is held at a time: the token
+    chosen at step t is the last column of ``input_ids`` at step t+1, and the last step's is read
+    by ``finish``; memory does not grow with response length x vocabulary.
     """
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups == 1 or attention_mask is None or dropout > 0.0:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
-        )
-    batch, heads, q_len, dim = query.shape
-    kv_heads, kv_len = key.shape[1], key.shape[2]
-    mask = attention_mask[:, :, :, :kv_len]
-    mask = mask[:, :, None].expand(mask.shape[0], 1, groups, q_len, kv_len)
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(batch, kv_heads, groups * q_len, dim),
-        key,
-        value,
-        attn_mask=mask.reshape(mask.shape[0], 1, groups * q_len, kv_len),
-        scale=scaling,
-    )
-    return output.view(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+    def __init__(self) -> None:
+        self.previous: Any = None
+        self.chosen: list[Any] = []
 
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
 
-def _register_grouped_sdpa() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        if self.previous is not None:
+            self.chosen.append(self.previous.gather(1, input_ids[:, -1:])[:, 0])
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
 
-    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    def finish(self, new_tokens: Any) -> Any:
+        """(batch, steps) log-probabilities of ``new_tokens``, the ids ``generate`` appended."""
+        import torch
+
+        if len(self.chosen) < new_tokens.shape[1]:
+            self.chosen.append(self.previous.gather(1, new_tokens[:, -1:])[:, 0])
+        return torch.stack(self.chosen, dim=1)
 
 
 class HFBackend:
-    """Batched KV-cached decoding with left padding: ``batch_size`` sequences per forward pass."""
+    """Batched ``generate`` with left padding, ``batch_size`` sequences per call (why not a
+    hand-written loop: docs/EVALUATION_DESIGN.md, Decoding)."""
 
     name = "hf"
 
@@ -222,11 +203,8 @@ class HFBackend:
         self.tokenizer = load_tokenizer(source)
         self.tokenizer.padding_side = "left"
         weights = str(source.base if source.kind == "lora" else source.path)
-        _register_grouped_sdpa()
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(
-                weights, dtype=getattr(torch, dtype), attn_implementation=GROUPED_SDPA
-            )
+            model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=getattr(torch, dtype))
             if source.kind == "lora":
                 from peft import PeftModel
 
@@ -244,76 +222,64 @@ class HFBackend:
     def generate(
         self, prompts: Sequence[list[int]], sampling: SamplingSettings
     ) -> list[list[Generation]]:
-        """``sampling.n`` generations per prompt, ``batch_size`` sequences decoded together."""
-        import torch
+        """``sampling.n`` generations per prompt, ``batch_size`` sequences decoded together.
 
-        rng = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        jobs = [(i, ids) for i, ids in enumerate(prompts) for _ in range(sampling.n)]
-        results: list[list[Generation]] = [[] for _ in prompts]
-        for start in range(0, len(jobs), self.batch_size):
-            batch = jobs[start : start + self.batch_size]
-            decoded = self._decode_batch([ids for _, ids in batch], sampling, rng)
-            for (prompt_index, _), (tokens, logprobs) in zip(batch, decoded, strict=True):
-                results[prompt_index].append(self._decode(tokens, logprobs, sampling.ignore_eos))
-        return results
-
-    def _decode_batch(
-        self, prompts: list[list[int]], sampling: SamplingSettings, rng: Any
-    ) -> list[tuple[list[int], list[float]]]:
-        """KV-cached decoding of left-padded prompts; rows leave the batch when they finish.
-
-        ``generate`` keeps finished rows in the batch until the longest one ends, so one long
-        response makes every short one pay; dropping them from the cache keeps each step's
-        cost proportional to the rows still decoding. Log-probabilities come from the raw
-        logits, before temperature and top-p.
+        Sampling draws from torch's default generator, seeded with ``sampling.seed`` inside a
+        forked RNG state, so a call is reproducible and leaves the caller's RNG untouched.
         """
         import torch
+
+        jobs = [(i, ids) for i, ids in enumerate(prompts) for _ in range(sampling.n)]
+        results: list[list[Generation]] = [[] for _ in prompts]
+        cuda = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(sampling.seed)
+            for start in range(0, len(jobs), self.batch_size):
+                batch = jobs[start : start + self.batch_size]
+                decoded = self._generate_batch([ids for _, ids in batch], sampling)
+                for (prompt_index, _), (tokens, logprobs) in zip(batch, decoded, strict=True):
+                    generation = self._decode(tokens, logprobs, sampling.ignore_eos)
+                    results[prompt_index].append(generation)
+        return results
+
+    def _config(self, sampling: SamplingSettings) -> Any:
+        """Temperature and top-p only: no top-k, penalty or anything from generation_config.json."""
+        from transformers import GenerationConfig
+
+        greedy = sampling.temperature <= 0.0
+        return GenerationConfig(
+            max_new_tokens=sampling.max_tokens,
+            do_sample=not greedy,
+            temperature=1.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=None,
+            # [] rather than None, which generate would replace with the model's eos ids
+            eos_token_id=[] if sampling.ignore_eos else list(self.eos_ids),
+            pad_token_id=self.pad_id,
+        )
+
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingSettings
+    ) -> list[tuple[list[int], list[float]]]:
+        """Left-padded prompts through one ``generate`` call: new token ids and raw log-probs."""
+        import torch
+        from transformers import LogitsProcessorList
 
         width = max(len(ids) for ids in prompts)
         input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for ids in prompts])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        active = torch.arange(len(prompts), device=self.device)  # original row of each live row
-        eos = torch.tensor(self.eos_ids or [-1], device=self.device)
-        cache = None
+        recorder = _RawLogprobs()
         with torch.no_grad():
-            for _ in range(sampling.max_tokens):
-                out = self.model(
-                    input_ids=input_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,  # prefill would otherwise project every prompt token
-                )
-                cache, logits = out.past_key_values, out.logits[:, -1, :].float()
-                raw = torch.log_softmax(logits, dim=-1)
-                chosen = _sample(logits, sampling, rng)
-                chosen_logprobs = raw.gather(1, chosen[:, None])[:, 0]
-                for row, token, logprob in zip(
-                    active.tolist(), chosen.tolist(), chosen_logprobs.tolist(), strict=True
-                ):
-                    tokens[row].append(token)
-                    logprobs[row].append(logprob)
-                keep = (
-                    torch.ones_like(chosen, dtype=torch.bool)
-                    if sampling.ignore_eos
-                    else ~torch.isin(chosen, eos)
-                )
-                if not bool(keep.any()):
-                    break
-                if not bool(keep.all()):
-                    kept = keep.nonzero()[:, 0]
-                    cache.batch_select_indices(kept)
-                    active, chosen, mask = active[kept], chosen[kept], mask[kept]
-                    positions = positions[kept]
-                input_ids = chosen[:, None]
-                mask = torch.cat([mask, torch.ones_like(input_ids)], dim=-1)
-                positions = positions[:, -1:] + 1
-        return list(zip(tokens, logprobs, strict=True))
+            sequences = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                generation_config=self._config(sampling),
+                logits_processor=LogitsProcessorList([recorder]),
+                use_model_defaults=False,
+            )
+        new_tokens = sequences[:, width:]
+        logprobs = recorder.finish(new_tokens)
+        return list(zip(new_tokens.tolist(), logprobs.tolist(), strict=True))
 
     def _decode(
         self, tokens: list[int], logprobs: list[float], ignore_eos: bool = False
@@ -332,21 +298,6 @@ class HFBackend:
             logprobs=logprobs[: len(tokens)],
             token_ids=tokens,
         )
-
-
-def _sample(logits: Any, sampling: SamplingSettings, rng: Any) -> Any:
-    """Greedy at temperature 0; else temperature, then nucleus (top-p) sampling."""
-    import torch
-
-    if sampling.temperature <= 0.0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return torch.multinomial(probs, 1, generator=rng)[:, 0]
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
