@@ -36,6 +36,32 @@ def _timed(backend: HFBackend, prompts: list[list[int]], settings: SamplingSetti
     return results, tokens, seconds
 
 
+def _compare(
+    backend: HFBackend, prompts: list[list[int]], args: argparse.Namespace, ignore_eos: bool
+) -> float:
+    """One prompt per call against batched calls; prints both and returns the speed-up."""
+    label = "fixed length (ignore eos)" if ignore_eos else "stop at eos"
+    settings = SamplingSettings(max_tokens=args.max_tokens, ignore_eos=ignore_eos)
+    backend.batch_size = 1
+    one_results, one_tokens, one_s = _timed(backend, prompts, settings)
+    backend.batch_size = args.batch_size
+    batch_results, batch_tokens, batch_s = _timed(backend, prompts, settings)
+    same = sum(
+        a[0].token_ids == b[0].token_ids for a, b in zip(one_results, batch_results, strict=True)
+    )
+    speedup = (batch_tokens / batch_s) / (one_tokens / one_s)
+    print(f"== {label}, max_tokens {args.max_tokens}")
+    for mode, tokens, seconds in (
+        ("one prompt per call", one_tokens, one_s),
+        (f"batch {args.batch_size}", batch_tokens, batch_s),
+    ):
+        print(
+            f"  {mode:<20}: {tokens:5d} tokens in {seconds:6.1f} s = {tokens / seconds:6.1f} tok/s"
+        )
+    print(f"  speed-up {speedup:.2f}x; identical greedy responses: {same}/{len(prompts)}")
+    return speedup
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=16, help="prompts decoded in each mode")
@@ -70,31 +96,10 @@ def main() -> int:
         f"{sum(map(len, prompts)) / len(prompts):.0f} tokens on average), greedy"
     )
 
-    speedups = {}
-    for label, ignore_eos in (("fixed length (ignore eos)", True), ("stop at eos", False)):
-        settings = SamplingSettings(max_tokens=args.max_tokens, ignore_eos=ignore_eos)
-        backend.batch_size = 1
-        one_results, one_tokens, one_s = _timed(backend, prompts, settings)
-        backend.batch_size = args.batch_size
-        batch_results, batch_tokens, batch_s = _timed(backend, prompts, settings)
-        same = sum(
-            a[0].token_ids == b[0].token_ids
-            for a, b in zip(one_results, batch_results, strict=True)
-        )
-        one_rate, batch_rate = one_tokens / one_s, batch_tokens / batch_s
-        speedups[label] = batch_rate / one_rate
-        print(f"== {label}, max_tokens {args.max_tokens}")
-        for mode, tokens, seconds in (
-            ("one prompt per call", one_tokens, one_s),
-            (f"batch {args.batch_size}", batch_tokens, batch_s),
-        ):
-            print(
-                f"  {mode:<20}: {tokens:5d} tokens in {seconds:6.1f} s"
-                f" = {tokens / seconds:6.1f} tok/s"
-            )
-        print(
-            f"  speed-up {speedups[label]:.2f}x; identical greedy responses: {same}/{len(prompts)}"
-        )
+    speedups = {
+        label: _compare(backend, prompts, args, ignore_eos)
+        for label, ignore_eos in (("fixed length (ignore eos)", True), ("stop at eos", False))
+    }
     headline = speedups["fixed length (ignore eos)"]
     print(
         f"batching speed-up on decoding: {headline:.2f}x (target >= {TARGET_SPEEDUP}x at batch 16)"

@@ -15,6 +15,7 @@ from the left-padded attention mask at every step, which is what verl's position
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -64,6 +65,9 @@ class HFSyncRollout(HFRollout):
         sends ``get_peft_model_state_dict``), merged here as PEFT merges them,
         ``W = W_base + scale * B @ A``, onto a kept copy of each adapted base weight.
         """
+        # Test only (tests/test_learning_e2e.py's negative control): keep the initial weights.
+        if os.environ.get("RLVR_TEST_FREEZE_ROLLOUT") == "1":
+            return
         peft_config = kwargs.get("peft_config")
         if peft_config is not None and kwargs.get("base_sync_done", True):
             self._merge_lora(dict(weights), peft_config)
