@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -58,3 +59,35 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     from rlvr.models.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def countdown_workdir(
+    factory: pytest.TempPathFactory, name: str, train_size: int, test_size: int
+) -> Path:
+    """A work folder with generated Countdown data (seed 0) and the tiny model, for e2e runs."""
+    from rlvr.models.tiny import build_model
+    from rlvr.tasks.countdown import prepare
+
+    work = factory.mktemp(name)
+    prepare(
+        "generate", str(work / "data/countdown"), train_size=train_size, test_size=test_size, seed=0
+    )
+    build_model(work / "models/tiny")
+    return work
+
+
+def cpu_launch(work: Path, experiment_name: str) -> tuple[list[str], dict[str, str]]:
+    """The launcher command (countdown_cpu on ``work``'s data and tiny model) and its env
+    (wandb offline, logs under ``work``); callers add their own overrides."""
+    env = {**os.environ, "RLVR_LOG_DIR": str(work / "logs"), "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    cmd = [
+        "bash",
+        str(ROOT / "scripts/launch_grpo.sh"),
+        "countdown_cpu",
+        f"paths.data={work}/data",
+        f"paths.checkpoints={work}/checkpoints",
+        f"actor_rollout_ref.model.path={work}/models/tiny",
+        f"trainer.experiment_name={experiment_name}",
+    ]
+    return cmd, env

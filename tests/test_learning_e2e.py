@@ -16,14 +16,13 @@ process group and its own Ray temp dir.
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_bounded
+from conftest import countdown_workdir, cpu_launch, run_bounded
 
 from rlvr.train.metrics_log import read_steps
 
@@ -46,29 +45,15 @@ def learned(scores: list[float]) -> bool:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.models.tiny import build_model
-    from rlvr.tasks.countdown import prepare
-
-    work = tmp_path_factory.mktemp("learning")
     # one epoch must cover every step: verl stops at the end of the last epoch
-    prepare("generate", str(work / "data/countdown"), train_size=64, test_size=4, seed=0)
-    build_model(work / "models/tiny")
-    return work
+    return countdown_workdir(tmp_path_factory, "learning", train_size=64, test_size=4)
 
 
 def _train(work: Path, name: str, extra: list[str]) -> list[dict[str, float]]:
     """One GRPO run; its per-step metrics, read from its metrics.jsonl."""
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")  # short: socket paths < 108
-    env = {**os.environ, "RLVR_LOG_DIR": str(work / "logs"), "WANDB_MODE": "offline"}
-    env.pop("WANDB_API_KEY", None)
-    cmd = [
-        "bash",
-        str(ROOT / "scripts/launch_grpo.sh"),
-        "countdown_cpu",
-        f"paths.data={work}/data",
-        f"paths.checkpoints={work}/checkpoints",
-        f"actor_rollout_ref.model.path={work}/models/tiny",
-        f"trainer.experiment_name={name}",
+    cmd, env = cpu_launch(work, name)
+    cmd += [
         f"custom_reward_function.path={ROOT}/tests/learning_reward.py",
         f"trainer.total_training_steps={STEPS}",
         "trainer.save_freq=-1",

@@ -7,7 +7,6 @@ process group with its own Ray temp dir, and only processes under that temp dir 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_bounded, wandb_records
+from conftest import countdown_workdir, cpu_launch, run_bounded, wandb_records
 
 from rlvr.train.metrics_log import read_steps
 
@@ -30,13 +29,7 @@ def _run(cmd: list[str], env: dict[str, str], ray_tmp: str) -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.models.tiny import build_model
-    from rlvr.tasks.countdown import prepare
-
-    work = tmp_path_factory.mktemp("e2e")
-    prepare("generate", str(work / "data/countdown"), train_size=32, test_size=8, seed=0)
-    build_model(work / "models/tiny")
-    return work
+    return countdown_workdir(tmp_path_factory, "e2e", train_size=32, test_size=8)
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +41,8 @@ def ray_tmp():
 
 
 def _launch(work: Path, ray_tmp: str, steps: int) -> str:
-    env = {**os.environ, "RLVR_LOG_DIR": str(work / "logs"), "WANDB_MODE": "offline"}
-    env.pop("WANDB_API_KEY", None)
-    cmd = [
-        "bash",
-        str(ROOT / "scripts/launch_grpo.sh"),
-        "countdown_cpu",
-        f"paths.data={work}/data",
-        f"paths.checkpoints={work}/checkpoints",
-        f"actor_rollout_ref.model.path={work}/models/tiny",
-        "trainer.experiment_name=e2e",
+    cmd, env = cpu_launch(work, "e2e")
+    cmd += [
         f"trainer.total_training_steps={steps}",
         "trainer.save_freq=1",
         "trainer.test_freq=2",
