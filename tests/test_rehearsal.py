@@ -9,7 +9,14 @@ import pytest
 from rlvr.train.rehearsal import main, make_plan
 
 
-def test_plan_keeps_the_experiment_and_lists_what_it_replaces(tmp_path: Path) -> None:
+def test_plan_keeps_the_experiment_and_lists_what_it_replaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the real world size when memory allows it (the plan shrinks on a busy machine)
+    import psutil
+
+    roomy = type("Memory", (), {"available": 64 * 2**30})()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: roomy)
     plan = make_plan("countdown_qwen3_4b_lora", tmp_path, None)
     assert (plan.nnodes, plan.gpus_per_node, plan.world_size) == (1, 8, 8)
     assert plan.lora and "hf_model" not in plan.save_contents
