@@ -26,11 +26,19 @@ def _patchable_state() -> dict[str, Any]:
     """Everything ``install()`` may patch, as it is now."""
     import torch
     import torch.distributed as dist
+    import verl.trainer.ppo.rollout_corr_helper as corr
+    import verl.utils.memory_utils as memory
     import verl.utils.profiler.performance as perf
     import verl.workers.fsdp_workers as workers
+    from verl.workers.actor.dp_actor import DataParallelPPOActor as Actor
     from verl.workers.rollout import base
 
     return {
+        "threads": torch.get_num_threads(),
+        "collectives": (dist.reduce_scatter_tensor, dist.all_gather_into_tensor),
+        "empty_cache": (memory.aggressive_empty_cache, workers.aggressive_empty_cache),
+        "actor": (Actor._forward_micro_batch, Actor.update_policy),
+        "bypass": corr.apply_rollout_correction,
         "init_process_group": dist.init_process_group,
         "autocast": torch.autocast,
         "torch.cpu": sorted(vars(torch.cpu)),
@@ -39,6 +47,19 @@ def _patchable_state() -> dict[str, Any]:
         "CPUOffloadPolicy": workers.CPUOffloadPolicy,
         "rollouts": dict(base._ROLLOUT_REGISTRY),
     }
+
+
+def _rollout(path: Any, **config: Any) -> Any:
+    """The HF rollout for the model at ``path``, built as verl 0.6.1 builds rollouts."""
+    from omegaconf import OmegaConf
+
+    from rlvr.cpu.rollout import HFSyncRollout
+
+    rollout = {"_target_": "verl.workers.config.RolloutConfig", "name": "hf", "mode": "sync"}
+    model = {"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}
+    return HFSyncRollout(
+        OmegaConf.create({**rollout, **config}), OmegaConf.create(model), device_mesh=None
+    )
 
 
 def test_noop_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,13 +86,19 @@ def test_fixes_apply_and_work_without_cuda() -> None:
         from rlvr.cpu import compat as cpu_compat
         applied = cpu_compat.install()
         assert applied == ["gloo_process_groups", "cpu_device_functions", "no_cpu_autocast",
-                           "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout"], applied
+                           "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout",
+                           "bypass_mode_config", "cpu_threads", "no_gc_per_rollout",
+                           "single_rank_collectives", "packed_actor_forward",
+                           "rollout_entropy_metric"], applied
         assert cpu_compat.install() == []  # once per process
 
         # 1. verl's backend string initialises a gloo group
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
         dist.init_process_group(backend="cpu:gloo,cpu:nccl", rank=0, world_size=1)
         assert dist.get_backend() == "gloo"
+        out = torch.zeros(4); dist.reduce_scatter_tensor(out, torch.arange(4.0))
+        assert out.tolist() == [0, 1, 2, 3]  # one rank: a copy, as gloo would give
+        dist.all_gather_into_tensor(out, torch.ones(4)); assert out.tolist() == [1] * 4
 
         # 2. the timing gather verl runs after each generation works on gloo
         from verl.utils.profiler import performance
@@ -95,6 +122,16 @@ def test_fixes_apply_and_work_without_cuda() -> None:
         from verl.workers.rollout import get_rollout_class
         from rlvr.cpu.rollout import HFSyncRollout
         assert get_rollout_class("hf", "sync") is HFSyncRollout
+
+        # 7. verl 0.6.1's bypass mode writes an undeclared key into the struct config
+        import pytest; from omegaconf import OmegaConf; from verl import DataProto
+        from verl.trainer.ppo.rollout_corr_helper import apply_rollout_correction
+        batch = DataProto.from_dict({"rollout_log_probs": torch.ones(1, 2)})
+        loss = OmegaConf.create({"loss_mode": "vanilla"}); OmegaConf.set_struct(loss, True)
+        apply_rollout_correction(batch, OmegaConf.create({"bypass_mode": True}), loss)
+        assert torch.equal(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"])
+        with pytest.raises(ValueError, match="use_policy_gradient"):
+            apply_rollout_correction(batch, {"use_policy_gradient": True}, loss)
         dist.destroy_process_group()
         print("patched")
         """
@@ -102,31 +139,116 @@ def test_fixes_apply_and_work_without_cuda() -> None:
     assert "patched" in out
 
 
+def test_threads_are_the_ranks_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from rlvr.cpu import compat as cpu_compat
+
+    monkeypatch.delenv(cpu_compat.THREADS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # 8 cores
+    assert [cpu_compat.cpu_threads(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    monkeypatch.setenv(cpu_compat.THREADS_ENV, "3")
+    assert cpu_compat.cpu_threads(8) == 3
+
+
+def _grpo_micro_batch(vocab: int) -> dict:
+    """Two prompts x two responses, left-padded prompts of 12/9 tokens in 16 columns, responses of
+    8, 3, 1 and 5 tokens right-padded to 8, with verl's position ids."""
+    import torch
+
+    torch.manual_seed(0)
+    prompt_width, width = 16, 24
+    prompt_lengths, response_lengths = (12, 12, 9, 9), (8, 3, 1, 5)
+    ids = torch.randint(3, vocab, (4, width))
+    ids[1, :prompt_width], ids[3, :prompt_width] = ids[0, :prompt_width], ids[2, :prompt_width]
+    mask = torch.zeros(4, width, dtype=torch.long)
+    for b, (p, r) in enumerate(zip(prompt_lengths, response_lengths, strict=True)):
+        mask[b, prompt_width - p : prompt_width + r] = 1
+    ids[mask == 0] = 0
+    positions = (mask[:, :prompt_width].cumsum(-1) - 1).clamp(min=0)
+    positions = torch.cat([positions, positions[:, -1:] + torch.arange(1, 9)], dim=1)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+            "responses": ids[:, prompt_width:]}  # fmt: skip
+
+
+@pytest.mark.no_cuda
+def test_packed_forward_equals_verls_padded_one(tmp_path, monkeypatch) -> None:
+    """The packed forward (each prompt once, no padding) gives verl's log probs, entropies and
+    parameter gradients, through the wrapped ``_forward_micro_batch``."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    from rlvr.cpu import compat as cpu_compat
+    from rlvr.models.tiny import build_model
+
+    monkeypatch.setattr(torch, "autocast", torch.autocast)
+    cpu_compat._no_cpu_autocast()
+    verl_forward = DataParallelPPOActor._forward_micro_batch
+    monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch", verl_forward)
+    cpu_compat._packed_actor_forward()
+    path = build_model(tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa")
+    actor = SimpleNamespace(
+        actor_module=model, use_remove_padding=False, use_fused_kernels=False,
+        use_ulysses_sp=False, device_name="cpu", param_dtype=torch.float32,
+        config=SimpleNamespace(entropy_checkpointing=False),
+    )  # fmt: skip
+    batch = _grpo_micro_batch(model.config.vocab_size)
+    valid = batch["attention_mask"][:, 16:].float()
+    results = []
+    for forward in (verl_forward, DataParallelPPOActor._forward_micro_batch):
+        model.zero_grad()
+        entropy, log_probs = forward(actor, batch, temperature=0.7, calculate_entropy=True)
+        ((log_probs * valid).sum() + (entropy * valid).sum()).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((entropy.detach() * valid, log_probs.detach() * valid, grads))
+    (e_verl, lp_verl, g_verl), (e_packed, lp_packed, g_packed) = results
+    torch.testing.assert_close(lp_packed, lp_verl, rtol=0, atol=1e-5)
+    torch.testing.assert_close(e_packed, e_verl, rtol=0, atol=1e-5)
+    torch.testing.assert_close(g_packed, g_verl, rtol=1e-4, atol=1e-6)
+    assert (lp_packed[valid == 0] == 0).all()
+
+
+def test_rollout_entropy_metric_is_verls_formula(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import agg_loss
+    from verl.utils.profiler.performance import GPUMemoryLogger
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    from rlvr.cpu import compat as cpu_compat
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+
+    def update_policy(self, data):  # verl's shape: decorated, (self, data) -> metrics
+        return {"actor/pg_loss": [0.5]}
+
+    decorated = GPUMemoryLogger(role="t")(update_policy)
+    monkeypatch.setattr(DataParallelPPOActor, "update_policy", decorated)
+    cpu_compat._rollout_entropy_metric()
+    entropy, mask = torch.rand(3, 5), (torch.rand(3, 5) > 0.3).float()
+    data = DataProto.from_dict({ROLLOUT_ENTROPY_KEY: entropy, "response_mask": mask})
+    actor = SimpleNamespace(config=SimpleNamespace(loss_agg_mode="token-mean"))
+    metrics = DataParallelPPOActor.update_policy(actor, data)
+    assert metrics["actor/entropy"] == pytest.approx(agg_loss(entropy, mask, "token-mean").item())
+    assert metrics["actor/pg_loss"] == [0.5]
+
+
 def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
     import asyncio
 
     import torch
-    from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
 
-    from rlvr.cpu.rollout import HFSyncRollout
     from rlvr.models.tiny import build_model
 
     base = build_model(tmp_path / "a", seed=0)
     other = AutoModelForCausalLM.from_pretrained(build_model(tmp_path / "b", seed=1))
-    rollout_cfg = OmegaConf.create(
-        {
-            "_target_": "verl.workers.config.RolloutConfig",
-            "name": "hf",
-            "mode": "sync",
-            "response_length": 8,
-            "prompt_length": 16,
-        }
-    )
-    model_cfg = OmegaConf.create(
-        {"_target_": "verl.workers.config.HFModelConfig", "path": str(base)}
-    )
-    rollout = HFSyncRollout(rollout_cfg, model_cfg, device_mesh=None)
+    rollout = _rollout(base, response_length=8, prompt_length=16)
     weights = other.state_dict()
     before = rollout.module.state_dict()
     assert any(not torch.equal(before[name], weights[name]) for name in weights)
@@ -137,34 +259,41 @@ def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
         asyncio.run(rollout.update_weights(iter([("no.such.weight", torch.zeros(1))])))
 
 
+def test_hf_rollout_adopts_fresh_full_tensors_and_copies_views(tmp_path) -> None:
+    import asyncio
+
+    import torch
+
+    from rlvr.models.tiny import build_model
+
+    rollout = _rollout(build_model(tmp_path / "a", seed=0), response_length=8, prompt_length=16)
+    name, param = next(iter(rollout.module.named_parameters()))
+    fresh = torch.randn_like(param)
+    asyncio.run(rollout.update_weights(iter([(name, fresh)])))
+    adopted = dict(rollout.module.named_parameters())[name]
+    assert adopted.data_ptr() == fresh.data_ptr()  # taken, not copied
+    # Negative control: a view into a larger buffer is copied, never aliased.
+    buffer = torch.randn(param.numel() + 7)
+    view = buffer[7:].view_as(param)
+    asyncio.run(rollout.update_weights(iter([(name, view)])))
+    copied = dict(rollout.module.named_parameters())[name]
+    assert copied.data_ptr() != view.data_ptr() and torch.equal(copied, view)
+
+
 def test_hf_rollout_merges_lora_like_peft(tmp_path) -> None:
     """LoRA updates (A/B matrices only, as verl sends them) give PEFT's merged weights, and a
     second update replaces the first adapter rather than stacking on it."""
     import asyncio
 
     import torch
-    from omegaconf import OmegaConf
     from peft import LoraConfig, get_peft_model
     from peft.utils.save_and_load import get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
-    from rlvr.cpu.rollout import HFSyncRollout
     from rlvr.models.tiny import build_model
 
     path = build_model(tmp_path / "a", seed=0)
-    rollout = HFSyncRollout(
-        OmegaConf.create(
-            {
-                "_target_": "verl.workers.config.RolloutConfig",
-                "name": "hf",
-                "mode": "sync",
-                "response_length": 8,
-                "prompt_length": 16,
-            }
-        ),
-        OmegaConf.create({"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}),
-        device_mesh=None,
-    )
+    rollout = _rollout(path, response_length=8, prompt_length=16)
     config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
     for seed in (1, 2):
         torch.manual_seed(seed)
@@ -188,12 +317,10 @@ def test_hf_rollout_generates_like_plain_generate(
     import numpy as np
     import torch
     import transformers
-    from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl import DataProto
 
     from rlvr.cpu import compat as cpu_compat
-    from rlvr.cpu.rollout import HFSyncRollout
     from rlvr.models.tiny import build_model
 
     # The two CPU fixes HFRollout's generate path needs (fp32 instead of bf16 autocast, and
@@ -214,20 +341,7 @@ def test_hf_rollout_generates_like_plain_generate(
     path = build_model(tmp_path / "m", seed=3)
     tokenizer = AutoTokenizer.from_pretrained(path)
     reference = AutoModelForCausalLM.from_pretrained(path)
-    rollout = HFSyncRollout(
-        OmegaConf.create(
-            {
-                "_target_": "verl.workers.config.RolloutConfig",
-                "name": "hf",
-                "mode": "sync",
-                "response_length": 12,
-                "prompt_length": 32,
-                "do_sample": False,
-            }
-        ),
-        OmegaConf.create({"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}),
-        device_mesh=None,
-    )
+    rollout = _rollout(path, response_length=12, prompt_length=32, do_sample=False)
     texts = ["Using the numbers 2, 3, 7", "reach the target 13 with"]
     encoded = [tokenizer(t)["input_ids"] for t in texts]
     width = max(map(len, encoded))
@@ -253,3 +367,54 @@ def test_hf_rollout_generates_like_plain_generate(
         got, want = out.batch["responses"][row].tolist(), expected[row, width:].tolist()
         assert got[: len(want)] == want, (got, want)
     assert seen_kwargs and all("position_ids" not in kw for kw in seen_kwargs), seen_kwargs
+
+
+@pytest.mark.no_cuda
+def test_hf_rollout_shares_prompts_and_returns_log_probs(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeated prompts (prefilled once, left padding trimmed) sample what plain ``generate``
+    samples with the same seed, the output keeps verl's widths, and ``rollout_log_probs`` and the
+    entropies equal a recompute as verl's actor does it (``log_softmax(logits / T)``)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+    from verl import DataProto
+    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    from rlvr.cpu import compat as cpu_compat
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+    from rlvr.models.tiny import build_model
+
+    monkeypatch.setattr(torch, "autocast", torch.autocast)
+    cpu_compat._no_cpu_autocast()
+    monkeypatch.setattr(torch.cpu, "empty_cache", lambda: None, raising=False)
+    path = build_model(tmp_path / "m", seed=3)
+    rollout = _rollout(path, response_length=10, prompt_length=24, temperature=0.8,
+                       calculate_log_probs=True)  # fmt: skip
+    batch = _grpo_micro_batch(200)
+    ids, mask = batch["input_ids"][:, :16], batch["attention_mask"][:, :16]
+    positions = batch["position_ids"][:, :16]
+    prompts = DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions},
+        non_tensors={"dummy": np.zeros(4)},
+        meta_info={"eos_token_id": 2, "pad_token_id": 0},
+    )
+    torch.manual_seed(0)
+    out = rollout.generate_sequences(prompts)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    kwargs = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 0.8}
+    plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10,
+                           pad_token_id=0, eos_token_id=2, **kwargs)  # fmt: skip
+    responses = out.batch["responses"]
+    assert torch.equal(responses[:, : plain.size(1) - 16], plain[:, 16:])
+    assert out.batch["input_ids"].shape == (4, 26) and torch.equal(out.batch["prompts"], ids)
+    assert out.meta_info["temperature"] == 0.8
+    inputs = {key: out.batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+    with torch.no_grad():
+        logits = model(**inputs).logits[:, -11:-1] / 0.8
+    valid = inputs["attention_mask"][:, 16:].float()
+    for key, value in (("rollout_log_probs", logprobs_from_logits(logits, responses)),
+                       (ROLLOUT_ENTROPY_KEY, entropy_from_logits(logits))):  # fmt: skip
+        torch.testing.assert_close(out.batch[key], value * valid, rtol=0, atol=1e-5, msg=key)

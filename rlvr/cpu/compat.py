@@ -20,14 +20,40 @@ Fix -> the symptom it cures:
   the reference model's forced, pinned CPU offload.
 - ``_register_hf_rollout``: ``Rollout hf with mode sync not found`` (0.6.1 registers only vllm
   and sglang); the rollout itself is ``rlvr.cpu.rollout.HFSyncRollout``.
+- ``_bypass_mode_config``: ``Key 'rollout_correction' is not in struct`` from verl 0.6.1's own
+  ``algorithm.rollout_correction.bypass_mode``: ``apply_rollout_correction`` writes an undeclared
+  key into the trainer's ``actor.policy_loss`` (verl issue 4912). Only the policy-gradient variant
+  reads that key, and 0.6.1 cannot hand it to its workers (verl PR 4930), so it is refused here.
+
+Speed (docs/TRAINING.md, "CPU speed"); none changes what is computed:
+
+- ``_cpu_threads``: Ray starts every worker with ``OMP_NUM_THREADS=1``, so torch used one core;
+  each verl rank now takes its share of the cores (``RLVR_CPU_THREADS`` overrides).
+- ``_no_gc_per_rollout``: verl's ``aggressive_empty_cache`` runs ``gc.collect()`` around every
+  rollout to hand cached CUDA memory back; on CPU there is none, and each took about 0.5 s.
+- ``_single_rank_collectives``: FSDP reduce-scatters every gradient and all-gathers the weights
+  through gloo, which copies through its own buffers even for a group of one rank; for one rank
+  the result is the input, copied directly.
+- ``_packed_actor_forward``: the actor's and the reference's log-prob forward runs packed
+  (``rlvr.cpu.packing``): each prompt once, no padding, logits only for response tokens.
+- ``_rollout_entropy_metric``: in bypass mode verl skips the old-log-prob pass and with it the
+  ``actor/entropy`` metric; the actor update reports it from the rollout's per-token entropies
+  (``rlvr.cpu.rollout.ROLLOUT_ENTROPY_KEY``), with the same formula.
+
+The fixes that wrap verl functions first check their parameters and raise if verl changed them.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
+THREADS_ENV = "RLVR_CPU_THREADS"
 _installed = False
 
 
@@ -50,6 +76,12 @@ def install() -> list[str]:
         _shape_correct_timing_gather,
         _no_ref_offload,
         _register_hf_rollout,
+        _bypass_mode_config,
+        _cpu_threads,
+        _no_gc_per_rollout,
+        _single_rank_collectives,
+        _packed_actor_forward,
+        _rollout_entropy_metric,
     ):
         fix()
         applied.append(fix.__name__.lstrip("_"))
@@ -168,3 +200,194 @@ def _register_hf_rollout() -> None:
     from verl.workers.rollout import base
 
     base._ROLLOUT_REGISTRY[("hf", "sync")] = HF_ROLLOUT
+
+
+def _require_parameters(
+    function: Callable[..., Any], expected: tuple[str, ...], decorated: str | None = None
+) -> None:
+    """Refuse to wrap a verl function whose parameters are not the ones this module was written
+    against (verl 0.6.1). ``decorated``: the name of the function a decorator's
+    ``(*args, **kwargs)`` wrapper holds (verl's ``GPUMemoryLogger`` keeps no ``__wrapped__``)."""
+    if decorated is not None:
+        held = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
+        inner = [f for f in held if inspect.isfunction(f) and f.__name__ == decorated]
+        if len(inner) != 1:
+            raise RuntimeError(f"rlvr.cpu.compat: no {decorated} inside {function!r}")
+        function = inner[0]
+    found = tuple(inspect.signature(function).parameters)
+    if found != expected:
+        raise RuntimeError(
+            f"rlvr.cpu.compat: {function.__qualname__}{found} is not verl 0.6.1's {expected};"
+            " update rlvr/cpu/compat.py for this verl"
+        )
+
+
+def _bypass_mode_config() -> None:
+    """Let ``apply_rollout_correction`` record its config on the driver's struct config."""
+    import verl.trainer.ppo.rollout_corr_helper as helper
+    from omegaconf import DictConfig, open_dict
+
+    original: Callable[..., None] = helper.apply_rollout_correction
+    if getattr(original, "_rlvr_cpu", False):
+        return
+    _require_parameters(original, ("batch", "rollout_corr_config", "policy_loss_config"))
+
+    @functools.wraps(original)
+    def apply_rollout_correction(
+        batch: Any, rollout_corr_config: Any = None, policy_loss_config: Any = None
+    ) -> None:
+        if rollout_corr_config is not None and rollout_corr_config.get("use_policy_gradient"):
+            raise ValueError(
+                "algorithm.rollout_correction.use_policy_gradient: verl 0.6.1 sets the loss mode"
+                " on the driver after the workers got their config, so they would train with the"
+                " PPO loss anyway; use bypass_mode with the default PPO loss"
+            )
+        if isinstance(policy_loss_config, DictConfig):
+            with open_dict(policy_loss_config):
+                return original(batch, rollout_corr_config, policy_loss_config)
+        return original(batch, rollout_corr_config, policy_loss_config)
+
+    apply_rollout_correction._rlvr_cpu = True  # type: ignore[attr-defined]
+    helper.apply_rollout_correction = apply_rollout_correction
+
+
+def cpu_threads(local_ranks: int) -> int:
+    """Torch threads for one of ``local_ranks`` rank processes on this node: its share of the
+    cores this process may run on, or ``RLVR_CPU_THREADS``."""
+    explicit = os.environ.get(THREADS_ENV)
+    if explicit:
+        return max(1, int(explicit))
+    return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
+
+
+def _cpu_threads() -> None:
+    """Ray sets ``OMP_NUM_THREADS=1`` in workers that reserve no CPU, as verl's do. Only verl's
+    rank processes (``RAY_LOCAL_WORLD_SIZE`` set) compute; the TaskRunner keeps its one thread."""
+    import torch
+
+    local_ranks = os.environ.get("RAY_LOCAL_WORLD_SIZE")
+    if local_ranks is not None:
+        torch.set_num_threads(cpu_threads(int(local_ranks)))
+
+
+def _no_gc_per_rollout() -> None:
+    """``aggressive_empty_cache`` collects garbage to hand cached CUDA blocks back; on CPU that is
+    only time (verl calls it around every rollout)."""
+    import verl.utils.memory_utils as memory_utils
+    import verl.workers.fsdp_workers as workers
+
+    _require_parameters(memory_utils.aggressive_empty_cache, ("force_sync", "max_retries"))
+
+    def aggressive_empty_cache(force_sync: bool = True, max_retries: int = 3) -> None:
+        return None
+
+    memory_utils.aggressive_empty_cache = aggressive_empty_cache
+    workers.aggressive_empty_cache = aggressive_empty_cache
+
+
+def _single_rank_collectives() -> None:
+    """A synchronous reduce-scatter (sum or average) or all-gather over a group of one rank is a
+    copy of the input; anything else goes to torch as before."""
+    import torch.distributed as dist
+
+    reduce_scatter, all_gather = dist.reduce_scatter_tensor, dist.all_gather_into_tensor
+    if getattr(reduce_scatter, "_rlvr_cpu", False):
+        return
+    _require_parameters(reduce_scatter, ("output", "input", "op", "group", "async_op"))
+    _require_parameters(all_gather, ("output_tensor", "input_tensor", "group", "async_op"))
+    identity = (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
+
+    @functools.wraps(reduce_scatter)
+    def reduce_scatter_tensor(
+        output: Any,
+        input: Any,
+        op: Any = dist.ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        if not async_op and op in identity and dist.get_world_size(group) == 1:
+            output.copy_(input.view_as(output))
+            return None
+        return reduce_scatter(output, input, op=op, group=group, async_op=async_op)
+
+    @functools.wraps(all_gather)
+    def all_gather_into_tensor(
+        output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False
+    ) -> Any:
+        if not async_op and dist.get_world_size(group) == 1:
+            output_tensor.copy_(input_tensor.view_as(output_tensor))
+            return None
+        return all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
+
+    reduce_scatter_tensor._rlvr_cpu = True  # type: ignore[attr-defined]
+    dist.reduce_scatter_tensor = reduce_scatter_tensor
+    dist.all_gather_into_tensor = all_gather_into_tensor
+
+
+def _packed_actor_forward() -> None:
+    """The actor's (and reference's) forward over padded rows, replaced by the packed one where
+    that computes the same thing: no remove-padding, fused kernels, sequence parallelism or
+    multi-modal inputs, SDPA attention, a model that takes ``logits_to_keep``."""
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    from rlvr.cpu import packing
+
+    original = DataParallelPPOActor._forward_micro_batch
+    if getattr(original, "_rlvr_cpu", False):
+        return
+    _require_parameters(original, ("self", "micro_batch", "temperature", "calculate_entropy"))
+
+    @functools.wraps(original)
+    def _forward_micro_batch(
+        self: Any, micro_batch: Any, temperature: Any, calculate_entropy: bool = False
+    ) -> Any:
+        if _packable(self) and "multi_modal_inputs" not in micro_batch:
+            result = packing.response_log_probs(
+                self.actor_module, micro_batch, temperature, calculate_entropy
+            )
+            if result is not None:
+                return result
+        return original(self, micro_batch, temperature, calculate_entropy)
+
+    _forward_micro_batch._rlvr_cpu = True  # type: ignore[attr-defined]
+    DataParallelPPOActor._forward_micro_batch = _forward_micro_batch  # type: ignore[method-assign]
+
+
+def _packable(actor: Any) -> bool:
+    if actor.use_remove_padding or actor.use_fused_kernels or actor.use_ulysses_sp:
+        return False
+    module = actor.actor_module
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    sdpa = getattr(getattr(base, "config", None), "_attn_implementation", None) == "sdpa"
+    return sdpa and "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _rollout_entropy_metric() -> None:
+    """``actor/entropy`` from the rollout's entropies when the update's batch carries them and
+    verl's metrics lack it (in bypass mode verl computes it nowhere). Same formula as verl's
+    old-log-prob pass: ``agg_loss`` of the per-token entropies with the actor's
+    ``loss_agg_mode``, over this rank's batch."""
+    from verl.trainer.ppo.core_algos import agg_loss
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+
+    original = DataParallelPPOActor.update_policy
+    if getattr(original, "_rlvr_cpu", False):
+        return
+    _require_parameters(original, ("self", "data"), decorated="update_policy")
+
+    @functools.wraps(original)
+    def update_policy(self: Any, data: Any) -> Any:
+        entropy = data.batch.get(ROLLOUT_ENTROPY_KEY, None)
+        mask = data.batch.get("response_mask", None)
+        metrics = original(self, data)
+        if entropy is not None and mask is not None and "actor/entropy" not in metrics:
+            value = agg_loss(
+                loss_mat=entropy, loss_mask=mask, loss_agg_mode=self.config.loss_agg_mode
+            )
+            metrics["actor/entropy"] = value.item()
+        return metrics
+
+    update_policy._rlvr_cpu = True  # type: ignore[attr-defined]
+    DataParallelPPOActor.update_policy = update_policy  # type: ignore[method-assign]

@@ -10,18 +10,40 @@ actor's weights in ``update_weights`` before each rollout.
 cached decoding steps then never advance their positions and greedy output degenerates
 (``<answer>(1777777...``). The model's ``generate`` here drops them, and HF derives positions
 from the left-padded attention mask at every step, which is what verl's position ids encode.
+
+Speed (docs/TRAINING.md, "CPU speed"), none of which changes what is sampled:
+
+- generation runs without the batch's common left padding (prompts are padded to
+  ``data.max_prompt_length``), and the output gets those columns back, so every rank returns the
+  width verl expects;
+- prompts repeated ``rollout.n`` times are prefilled once: the prompt (all but its last token)
+  goes through the model once per distinct prompt, and the KV cache is copied to its repeats;
+- with ``rollout.calculate_log_probs`` (training batches only), the sampled tokens' log
+  probabilities and the per-token entropies come back as ``rollout_log_probs`` and
+  ``ROLLOUT_ENTROPY_KEY``, computed from the raw logits divided by the temperature, as verl's actor
+  computes them (``log_softmax(logits / T)``): with ``algorithm.rollout_correction.bypass_mode``
+  they stand in for the actor's old-log-prob pass over the same weights.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from tensordict import TensorDict
+from verl import DataProto
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
+
+# Per-token entropy of the rollout's sampling distribution (before top-k/top-p), for the
+# ``actor/entropy`` metric that verl 0.6.1 computes only in the old-log-prob pass.
+ROLLOUT_ENTROPY_KEY = "rlvr_rollout_entropy"
+_PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
 def _without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,6 +53,20 @@ def _without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
         return generate(*args, **kwargs)
 
     return wrapper
+
+
+def _adoptable(target: torch.Tensor, source: torch.Tensor) -> bool:
+    """``source`` can stand in for the rollout weight ``target``: same shape, dtype and device,
+    contiguous, and not a view into someone else's larger tensor."""
+    return (
+        isinstance(target, torch.nn.Parameter)
+        and source.shape == target.shape
+        and source.dtype == target.dtype
+        and source.device == target.device
+        and source.is_contiguous()
+        and source.storage_offset() == 0
+        and source.untyped_storage().nbytes() == source.numel() * source.element_size()
+    )
 
 
 class HFSyncRollout(HFRollout):
@@ -44,8 +80,13 @@ class HFSyncRollout(HFRollout):
             attn_implementation="sdpa",
             trust_remote_code=self.model_config.trust_remote_code,
         )
-        self.module.generate = _without_position_ids(self.module.generate)  # type: ignore[method-assign]
+        self._generate = _without_position_ids(self.module.generate)
+        self.module.generate = self._shared_prompt_generate  # type: ignore[method-assign,assignment]
         self.module.eval()
+        self._keep_logits = False  # set per batch: return the raw logits of every step
+        self._raw_logits: tuple[torch.Tensor, ...] = ()
+        forward = inspect.signature(self.module.forward).parameters
+        self._takes_logits_to_keep = "logits_to_keep" in forward
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}
 
@@ -72,7 +113,7 @@ class HFSyncRollout(HFRollout):
         if peft_config is not None and kwargs.get("base_sync_done", True):
             self._merge_lora(dict(weights), peft_config)
             return
-        state = self.module.state_dict()
+        state = self.module.state_dict(keep_vars=True)
         unknown = []
         with torch.no_grad():
             for name, tensor in weights:
@@ -80,7 +121,14 @@ class HFSyncRollout(HFRollout):
                 if target is None:
                     unknown.append(name)
                     continue
-                target.copy_(tensor.detach().to(dtype=target.dtype))
+                source = tensor.detach()
+                if peft_config is None and _adoptable(target, source):
+                    # Full fine-tuning: verl hands over a gathered full tensor made for this sync;
+                    # take it as the weight instead of copying it (540 MB a step for SmolLM2).
+                    # LoRA keeps copying: its merges write into these weights.
+                    target.data = source
+                else:
+                    target.copy_(source.to(dtype=target.dtype))
         if unknown:
             raise KeyError(f"actor weights not in the rollout model: {unknown[:5]}")
         self._lora_base.clear()  # new base weights: merged copies are stale
@@ -108,3 +156,96 @@ class HFSyncRollout(HFRollout):
         output = super().generate_sequences(prompts)
         self.module.eval()  # HFRollout flips the module back to train mode after generating
         return output
+
+    def _generate_minibatch(self, prompts: DataProto) -> DataProto:
+        """HFRollout's generation on the prompts without their common left padding, which the
+        output gets back; plus the sampled tokens' log probs when configured."""
+        mask = prompts.batch["attention_mask"]
+        used = (mask != 0).any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        trimmed = DataProto(
+            batch=TensorDict(
+                {key: prompts.batch[key][:, start:] for key in _PROMPT_KEYS},
+                batch_size=prompts.batch.batch_size,
+            ),
+            meta_info=prompts.meta_info,
+        )
+        validate = prompts.meta_info.get("validate", False)
+        self._keep_logits = bool(self.config.get("calculate_log_probs", False)) and not validate
+        try:
+            output = super()._generate_minibatch(trimmed)
+        finally:
+            self._keep_logits = False
+        batch = output.batch
+        for key, source in (
+            ("prompts", "input_ids"),
+            ("input_ids", "input_ids"),
+            ("attention_mask", "attention_mask"),
+            ("position_ids", "position_ids"),
+        ):
+            batch[key] = torch.cat([prompts.batch[source][:, :start], batch[key]], dim=1)
+        if self._raw_logits:
+            temperature = float(prompts.meta_info.get("temperature", self.config.temperature))
+            batch["rollout_log_probs"], batch[ROLLOUT_ENTROPY_KEY] = self._sampled_log_probs(
+                batch, temperature
+            )
+            # verl 0.6.1's actor update reads the temperature from the batch, where only the
+            # old-log-prob pass puts it; in bypass mode that pass does not run.
+            output.meta_info["temperature"] = temperature
+            self._raw_logits = ()
+        return output
+
+    def _sampled_log_probs(
+        self, batch: TensorDict, temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log prob and entropy of each response token under ``softmax(logits / T)``; 0 past a
+        response's end (verl masks those positions)."""
+        responses = batch["responses"]
+        steps = len(self._raw_logits)
+        logits = torch.stack(self._raw_logits, dim=1).float().div_(temperature)
+        valid = batch["attention_mask"][:, -responses.size(1) :][:, :steps].float()
+        log_probs = torch.zeros(responses.shape, dtype=torch.float32)
+        entropy = torch.zeros(responses.shape, dtype=torch.float32)
+        log_probs[:, :steps] = logprobs_from_logits(logits, responses[:, :steps]) * valid
+        entropy[:, :steps] = entropy_from_logits(logits) * valid
+        return log_probs, entropy
+
+    def _shared_prompt_generate(self, **kwargs: Any) -> Any:
+        """``generate`` with each distinct prompt prefilled once (see the module docstring)."""
+        if self._keep_logits:
+            kwargs["output_logits"] = True
+            kwargs["return_dict_in_generate"] = True
+        cache = self._shared_prompt_cache(kwargs["input_ids"], kwargs["attention_mask"])
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+        output = self._generate(**kwargs)
+        if self._keep_logits:
+            self._raw_logits = tuple(output.logits)
+        return output
+
+    def _shared_prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        """The KV cache of every prompt but its last token, computed once per distinct prompt and
+        copied to each row; None when no prompt repeats."""
+        width = input_ids.size(1)
+        distinct, rows = torch.unique(
+            torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1),
+            dim=0,
+            return_inverse=True,
+        )
+        if width < 2 or len(distinct) == len(input_ids):
+            return None
+        ids, mask = distinct[:, : width - 1], distinct[:, width : 2 * width - 1]
+        # the positions HF's generate gives a left-padded prompt
+        positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+        last_only = {"logits_to_keep": 1} if self._takes_logits_to_keep else {}
+        with torch.no_grad():
+            out = self.module(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **last_only,
+            )
+        cache = out.past_key_values
+        cache.batch_select_indices(rows)
+        return cache
