@@ -134,6 +134,23 @@ def test_verdict_thresholds(accuracy: float, variance: float, entropy: float, la
         assert not all(judged.checks.values())
 
 
+@pytest.mark.parametrize(
+    "accuracy,spread,label",
+    [
+        (0.0, 0.84, "partial_credit"),  # the CPU recipe's probe: format credit splits the groups
+        (0.049, 0.5, "partial_credit"),
+        (0.0, 0.49, "sft_first"),  # negative control: too few groups disagree
+        (0.0, 0.0, "sft_first"),
+        (0.40, 1.0, "marginal"),  # above 5% accuracy the success-based rules decide
+    ],
+)
+def test_verdict_partial_credit(accuracy: float, spread: float, label: str) -> None:
+    judged = metrics.verdict(accuracy, 0.0017, 0.0 if accuracy == 0 else 0.5, spread)
+    assert judged.label == label, judged
+    if label == "partial_credit":
+        assert "not the task" in judged.advice
+
+
 def test_outcome_entropy_matches_seed_scale() -> None:
     # The seed's 0.2-0.8 entropy band, read as outcome entropy in bits, is success rates of
     # about 3%-24% (or 76%-97%): the same band the accuracy guidance describes.

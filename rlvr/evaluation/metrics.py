@@ -17,6 +17,9 @@ ACCURACY_SFT_BELOW = 0.05
 ACCURACY_TOO_EASY_ABOVE = 0.95
 VARIANCE_MIN = 0.05
 ENTROPY_RANGE = (0.2, 0.8)
+# Below ACCURACY_SFT_BELOW, partial credit still gives GRPO a signal when at least this share of
+# groups disagree in score (docs/OPTIMIZATION_COUNTDOWN.md, "CPU recipe", measured it at 84%).
+PARTIAL_CREDIT_SPREAD_MIN = 0.5
 
 
 def is_success(score: float) -> bool:
@@ -127,18 +130,38 @@ def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, float | None]:
 
 @dataclass(frozen=True)
 class Verdict:
-    label: str  # "sft_first" | "harder_data" | "ready_for_grpo" | "marginal"
+    label: str  # "sft_first" | "partial_credit" | "harder_data" | "ready_for_grpo" | "marginal"
     advice: str
     checks: dict[str, bool]
 
 
-def verdict(accuracy: float, mean_variance: float, mean_outcome_entropy: float) -> Verdict:
-    """The seed's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8."""
+def verdict(
+    accuracy: float,
+    mean_variance: float,
+    mean_outcome_entropy: float,
+    spread_fraction: float = 0.0,
+) -> Verdict:
+    """The seed's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8.
+
+    ``spread_fraction`` is the share of groups whose *scores* differ. GRPO divides each group's
+    advantages by its own spread, so partial credit (format, shaping) that splits a group is a
+    full-sized signal even when no sample is correct: that case is ``partial_credit``, not
+    ``sft_first``, and its advice says what such a run can and cannot learn.
+    """
     checks = {
         "accuracy in 10-80%": ACCURACY_RANGE[0] <= accuracy <= ACCURACY_RANGE[1],
         "variance > 0.05": mean_variance > VARIANCE_MIN,
         "entropy in 0.2-0.8": ENTROPY_RANGE[0] <= mean_outcome_entropy <= ENTROPY_RANGE[1],
     }
+    if accuracy < ACCURACY_SFT_BELOW and spread_fraction >= PARTIAL_CREDIT_SPREAD_MIN:
+        return Verdict(
+            "partial_credit",
+            f"accuracy {accuracy:.1%} < 5%, but {spread_fraction:.0%} of the groups disagree in "
+            "score through partial credit (format, shaping): GRPO has signal, and will learn "
+            "what that credit rewards (the answer format), not the task. For the task itself: "
+            "SFT first, easier data or a larger model.",
+            {**checks, "groups with score spread >= 50%": True},
+        )
     if accuracy < ACCURACY_SFT_BELOW:
         return Verdict(
             "sft_first",

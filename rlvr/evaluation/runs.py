@@ -308,7 +308,9 @@ def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -
         summary = Summary(
             run.header("analyse", sampling, len(rows)),
             {**response_summary(graded), **overall},
-            verdict=metrics.verdict(accuracy, variance, entropy),
+            verdict=metrics.verdict(
+                accuracy, variance, entropy, overall["nonzero_variance_fraction"] or 0.0
+            ),
         )
         write_summary(folder, summary)
     return summary
