@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.signals import signals_deferred
+
 
 @contextmanager
 def staged(path: Path) -> Iterator[Path]:
@@ -29,15 +31,16 @@ def swap_in(new: Path, destination: Path, aside: Path) -> Path | None:
     """Move folder ``new`` onto ``destination``; an existing destination is first renamed to
     ``aside`` (returned; None when there was nothing) and put back if the second move fails."""
     moved = None
-    if destination.exists():
-        os.replace(destination, aside)
-        moved = aside
-    try:
-        os.replace(new, destination)
-    except BaseException:
-        if moved is not None:
-            os.replace(moved, destination)
-        raise
+    with signals_deferred():  # Ctrl-C between the renames would leave no destination at all
+        if destination.exists():
+            os.replace(destination, aside)
+            moved = aside
+        try:
+            os.replace(new, destination)
+        except BaseException:
+            if moved is not None:
+                os.replace(moved, destination)
+            raise
     return moved
 
 

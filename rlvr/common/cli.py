@@ -1,0 +1,14 @@
+"""Command-line parsing shared by every CLI: a usage error is one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the flag, the problem, where to look) and exit
+    2, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}; see {self.prog} --help\n")
