@@ -13,6 +13,9 @@ not nest: ``<think> a <think> b </think> c`` leaves ``c`` outside thinking.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -93,3 +96,35 @@ def last_marker_tail(text: str, marker: str, tail_chars: int) -> str | None:
             return text[start : start + tail_chars]
         end = block_start
     return None
+
+
+def refuse_unknown_kwargs(kwargs: Mapping[str, Any], known: Mapping[str, Any], task: str) -> None:
+    """ValueError naming the first reward kwarg not in ``known``, and the valid names."""
+    unknown = [name for name in kwargs if name not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown reward kwarg {unknown[0]!r} for {task}; valid: {', '.join(known)}"
+        )
+
+
+class SettingsCache:
+    """A reward's checked settings by kwargs (name, type, value): verl calls with the same kwargs
+    every time, so ``check`` runs once per run and a call costs one small tuple and dict lookup."""
+
+    def __init__(self, check: Callable[[dict[str, Any]], Any]) -> None:
+        self._check = check
+        self._found: dict[tuple[tuple[str, type, Any], ...], Any] = {}
+
+    def __call__(self, kwargs: dict[str, Any]) -> Any:
+        try:
+            key = tuple((name, type(value), value) for name, value in kwargs.items())
+            hash(key)
+        except TypeError:  # an unhashable value (never a valid one): check without caching
+            return self._check(kwargs)
+        found = self._found.get(key)
+        if found is None:
+            found = self._check(kwargs)
+            if len(self._found) > 64:
+                self._found.clear()
+            self._found[key] = found
+        return found

@@ -22,7 +22,9 @@ valid expression, exact target        1.0
 ====================================  =========================================
 
 Standard library only; never evaluates model text; never raises on any response or ground
-truth (invalid *kwargs* raise ValueError at the first call, since they are a config bug).
+truth. Reward kwargs are checked by name and value (``validate_reward_kwargs``, also run by
+pre-flight and eval): an unknown or invalid one raises ValueError at the first call, since it is a
+config bug that would otherwise change every score silently.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -187,6 +189,22 @@ def evaluate(expr: str, numbers: Iterable[int]) -> tuple[int, int] | None:
         return None
 
 
+def task_problem(numbers: Sequence[int], target: int) -> str | None:
+    """Why a task is outside what this reward grades, or None when it is inside.
+
+    The one definition of the bounds: ``parse_ground_truth`` applies it to every ground truth, and
+    data prep applies it to every task it would write (a task it lets through is gradable).
+    """
+    if not 0 < len(numbers) <= MAX_NUMBERS:
+        return f"{len(numbers)} numbers; the reward grades tasks of 1 to {MAX_NUMBERS} numbers"
+    for number in numbers:
+        if not 0 <= number < MAX_MAGNITUDE:
+            return f"number {number} is outside the graded range 0 to {MAX_MAGNITUDE - 1:,}"
+    if abs(target) >= MAX_MAGNITUDE:
+        return f"target {target} is outside the graded range +-{MAX_MAGNITUDE - 1:,}"
+    return None
+
+
 def parse_ground_truth(ground_truth: Any) -> tuple[int, list[int]] | None:
     """``(target, numbers)`` from the data prep dict (numpy values and JSON text accepted)."""
     try:
@@ -196,12 +214,12 @@ def parse_ground_truth(ground_truth: Any) -> tuple[int, list[int]] | None:
         raw_numbers = ground_truth["numbers"]
         if isinstance(raw_numbers, (str, bytes)) or not hasattr(raw_numbers, "__iter__"):
             return None
+        if hasattr(raw_numbers, "__len__") and len(raw_numbers) > MAX_NUMBERS:
+            return None  # before converting them: a huge list costs nothing
         numbers = [_as_int(n) for n in raw_numbers]
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
         return None
-    if not 0 < len(numbers) <= MAX_NUMBERS:
-        return None
-    if any(not 0 <= n < MAX_MAGNITUDE for n in numbers) or abs(target) >= MAX_MAGNITUDE:
+    if task_problem(numbers, target) is not None:
         return None
     return target, numbers
 
@@ -216,7 +234,19 @@ def _as_int(value: Any) -> int:
     return as_int
 
 
-def _check_kwargs(format_score: Any, shaping: Any) -> tuple[float, bool]:
+#: The reward kwargs (``custom_reward_function.reward_kwargs``) and their defaults.
+REWARD_KWARGS: dict[str, Any] = {"format_score": 0.1, "shaping": False}
+
+
+def validate_reward_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first unknown or invalid reward kwarg (and the valid names)."""
+    _settings(kwargs)
+
+
+def _settings(kwargs: Mapping[str, Any]) -> tuple[float, bool]:
+    _text.refuse_unknown_kwargs(kwargs, REWARD_KWARGS, "countdown")
+    format_score = kwargs.get("format_score", REWARD_KWARGS["format_score"])
+    shaping = kwargs.get("shaping", REWARD_KWARGS["shaping"])
     if isinstance(format_score, bool) or not isinstance(format_score, (int, float)):
         raise ValueError(f"countdown reward: format_score must be a number, got {format_score!r}")
     if not 0.0 <= float(format_score) <= 1.0:
@@ -224,6 +254,9 @@ def _check_kwargs(format_score: Any, shaping: Any) -> tuple[float, bool]:
     if not isinstance(shaping, bool):
         raise ValueError(f"countdown reward: shaping must be true or false, got {shaping!r}")
     return float(format_score), shaping
+
+
+_cached_settings = _text.SettingsCache(_settings)  # checked once per distinct kwargs
 
 
 def _result(score: float, fmt: bool, valid: bool, correct: bool, bad_gt: bool) -> dict[str, float]:
@@ -243,15 +276,14 @@ def compute_score(
     solution_str: Any = "",
     ground_truth: Any = None,
     extra_info: Any = None,
-    format_score: float = 0.1,
-    shaping: bool = False,
-    **_unused: Any,
+    **kwargs: Any,
 ) -> dict[str, float]:
-    """Score one response. verl calls this once per response; extra verl kwargs are ignored.
+    """Score one response. verl calls this once per response, with ``reward_kwargs`` as
+    ``kwargs`` (see ``REWARD_KWARGS``; anything else raises ValueError).
 
     ``data_source`` and ``extra_info`` never change the score.
     """
-    format_score, shaping = _check_kwargs(format_score, shaping)
+    format_score, shaping = _cached_settings(kwargs)
     text = _text.as_text(solution_str)
     answer = _text.last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
     if answer is None:

@@ -20,13 +20,21 @@ final answer read, wrong value             ``format_score`` (default 0.0)
 final answer read, equals ground truth     1.0
 =========================================  ==========================
 
+The ground truth is read by the same number grammar (``parse_ground_truth``), and data prep
+reads the dataset's ``#### ...`` lines with that function too: a truth such as ``1,2,14`` or
+``1e99999999`` is not a number here, so prep refuses it and the reward reports it as
+``bad_ground_truth`` rather than grading against a different number.
+
 Standard library only; never evaluates model text; never raises on any response or ground
-truth (invalid *kwargs* raise ValueError at the first call, since they are a config bug).
+truth. Reward kwargs are checked by name and value (``validate_reward_kwargs``, also run by
+pre-flight and eval): an unknown or invalid one raises ValueError at the first call, since it is a
+config bug that would otherwise change every score silently.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -73,21 +81,30 @@ _BOXED_OPEN = "\\boxed{"
 _BOXED_NUMBER = re.compile(
     r"\s*(-)?\s*(?:\\\$|\$)?\s*(-)?\s*(" + _NUMBER + r")\s*(?:\\%|%)?\s*(?:\\text\{[^{}]*\}\s*)?\}"
 )
+_NUMBER_ONLY = re.compile(_NUMBER)
+# A whole ground truth: an optional "####", then what a response's answer may say after its marker.
+_GROUND_TRUTH = re.compile(r"\s*(?:####)?" + _AFTER_MARKER.pattern + r"\s*")
+_MAX_GROUND_TRUTH_CHARS = 128
 _ANSWER_IS = re.compile(r"the (?:final )?answer is\s*:?\s*", re.IGNORECASE)
 _SCAN_AFTER_ANSWER_IS = 4096
 
 
 def parse_number(text: str) -> Fraction | None:
-    """A GSM8K-style number ("1,000", "-3.50", "72.") as an exact Fraction, or None."""
-    cleaned = text.strip().replace(",", "").lstrip("$")
-    if not cleaned or len(cleaned) > MAX_NUMBER_CHARS:
+    """A GSM8K-style number ("1,000", "3.50", "72.", "$5") as an exact Fraction, or None.
+
+    Only the answer grammar is accepted: commas between groups of three digits, no exponent, no
+    sign (the callers read signs), at most ``MAX_NUMBER_CHARS`` characters.
+    """
+    cleaned = text.strip()
+    cleaned = cleaned[1:].lstrip() if cleaned.startswith("$") else cleaned
+    if len(cleaned) > MAX_NUMBER_CHARS + MAX_NUMBER_CHARS // 3 or not _NUMBER_ONLY.fullmatch(
+        cleaned
+    ):
         return None
-    if cleaned.endswith("."):
-        cleaned = cleaned[:-1]
-    try:
-        return Fraction(cleaned)
-    except (ValueError, ZeroDivisionError):
+    cleaned = cleaned.replace(",", "")
+    if len(cleaned) > MAX_NUMBER_CHARS:
         return None
+    return Fraction(cleaned[:-1] if cleaned.endswith(".") else cleaned)
 
 
 def _signed(match: re.Match[str]) -> Fraction | None:
@@ -129,32 +146,49 @@ def extract_flexible(text: str) -> Fraction | None:
 
 
 def parse_ground_truth(ground_truth: Any) -> Fraction | None:
-    """The reference answer: a numeric string (commas tolerated) or a number."""
+    """The reference answer, or None when it is not one: a number, or text that is wholly a
+    number as a response's final answer is read (``#### 1,000``, ``-3.5``, ``$5``).
+
+    Data prep uses this same function on the dataset's answers, so prep and grading agree.
+    """
     if isinstance(ground_truth, bool):
         return None
     if isinstance(ground_truth, (bytes, bytearray)):
         ground_truth = bytes(ground_truth).decode("utf-8", errors="replace")
     if isinstance(ground_truth, str):
-        text = ground_truth.strip()
-        if text.startswith(ANSWER_MARKER):
-            text = text[len(ANSWER_MARKER) :]
-        negative = text.lstrip().startswith("-")
-        value = parse_number(text.lstrip().lstrip("-"))
-        return -value if (value is not None and negative) else value
+        if len(ground_truth) > _MAX_GROUND_TRUTH_CHARS:
+            return None
+        match = _GROUND_TRUTH.fullmatch(ground_truth)
+        return _signed(match) if match else None
     try:
         return Fraction(ground_truth.item() if hasattr(ground_truth, "item") else ground_truth)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError):
         return None
 
 
-def _check_kwargs(method: Any, format_score: Any) -> tuple[str, float]:
-    if method not in METHODS:
+#: The reward kwargs (``custom_reward_function.reward_kwargs``) and their defaults.
+REWARD_KWARGS: dict[str, Any] = {"method": "strict", "format_score": 0.0}
+
+
+def validate_reward_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first unknown or invalid reward kwarg (and the valid names)."""
+    _settings(kwargs)
+
+
+def _settings(kwargs: Mapping[str, Any]) -> tuple[str, float]:
+    _text.refuse_unknown_kwargs(kwargs, REWARD_KWARGS, "gsm8k")
+    method = kwargs.get("method", REWARD_KWARGS["method"])
+    format_score = kwargs.get("format_score", REWARD_KWARGS["format_score"])
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"gsm8k reward: method must be one of {METHODS}, got {method!r}")
     if isinstance(format_score, bool) or not isinstance(format_score, (int, float)):
         raise ValueError(f"gsm8k reward: format_score must be a number, got {format_score!r}")
     if not 0.0 <= float(format_score) <= 1.0:
         raise ValueError(f"gsm8k reward: format_score must be in [0, 1], got {format_score}")
     return method, float(format_score)
+
+
+_cached_settings = _text.SettingsCache(_settings)  # checked once per distinct kwargs
 
 
 def _result(score: float, fmt: bool, correct: bool, bad_gt: bool) -> dict[str, float]:
@@ -172,15 +206,14 @@ def compute_score(
     solution_str: Any = "",
     ground_truth: Any = None,
     extra_info: Any = None,
-    method: str = "strict",
-    format_score: float = 0.0,
-    **_unused: Any,
+    **kwargs: Any,
 ) -> dict[str, float]:
-    """Score one response. verl calls this once per response; extra verl kwargs are ignored.
+    """Score one response. verl calls this once per response, with ``reward_kwargs`` as
+    ``kwargs`` (see ``REWARD_KWARGS``; anything else raises ValueError).
 
     ``data_source`` and ``extra_info`` never change the score.
     """
-    method, format_score = _check_kwargs(method, format_score)
+    method, format_score = _cached_settings(kwargs)
     text = _text.as_text(solution_str)
     if text is None:
         return _result(0.0, False, False, False)

@@ -7,6 +7,7 @@ Sources: `hf` loads Jiayi-Pan/Countdown-Tasks-3to4 (or --dataset) from the hub; 
 .jsonl/.json/.parquet/.csv with `nums` and `target` columns, or a local dataset folder; `generate`
 builds solvable tasks offline. Split (from the seed guide): test = the first --test_size rows,
 train = the rest shuffled with --seed; train rows whose (numbers, target) is in test are dropped.
+Tasks the reward cannot grade (over 16 numbers, numbers or targets of 10^9 or more) are refused.
 Exit code 2 on bad input, and nothing is written.
 """
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from rewards import countdown as countdown_reward
 from rewards.countdown import compute_score
 from rlvr.data.prep import DataPrepError
 from rlvr.tasks import countdown
@@ -16,6 +19,7 @@ from rlvr.tasks.countdown import prepare
 from rlvr.tasks.countdown_puzzles import (
     GeneratorSpec,
     Puzzle,
+    SolverGaveUp,
     generate_puzzles,
     solve,
     split_puzzles,
@@ -205,3 +209,92 @@ def test_empty_and_missing_sources(tmp_path: Path) -> None:
     with pytest.raises(DataPrepError, match="unsupported file type"):
         prepare(str(tmp_path / "x.txt"), str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+# --- bounds shared with the reward, and the solver's cap ------------------------------------------
+
+LIMIT = countdown_reward.MAX_MAGNITUDE
+
+
+@pytest.mark.parametrize(
+    ("numbers", "target", "gradable"),
+    [
+        ([LIMIT - 1, 1], LIMIT - 1, True),
+        ([1, 2], -(LIMIT - 1), True),
+        ([1] * countdown_reward.MAX_NUMBERS, 3, True),
+        ([LIMIT, 1], 3, False),
+        ([2, 1], LIMIT, False),
+        ([2, 1], -LIMIT, False),
+        ([1] * (countdown_reward.MAX_NUMBERS + 1), 3, False),
+        ([-1, 4], 3, False),
+    ],
+)
+def test_file_tasks_pass_prep_exactly_when_the_reward_grades_them(
+    tmp_path: Path, numbers: list[int], target: int, gradable: bool
+) -> None:
+    """One definition of the bounds: what prep writes, the reward grades (no bad_ground_truth),
+    and what the reward would report as bad, prep refuses, naming the row."""
+    rows = [{"nums": [2, 3, 7], "target": 13}, {"nums": numbers, "target": target}]
+    rows += [{"nums": [i, 3, 7], "target": i + 10} for i in range(1, 6)]
+    source = _write_source(tmp_path / "s.jsonl", rows)
+    out = tmp_path / "out"
+    truth = {"target": target, "numbers": numbers}
+    assert (compute_score("countdown", "<answer>1</answer>", truth)["bad_ground_truth"] == 0) == (
+        gradable
+    )
+    if gradable:
+        prepare(str(source), str(out), test_size=2)
+        test = pd.read_parquet(out / "test.parquet")
+        written = test["reward_model"].iloc[1]["ground_truth"]
+        graded = compute_score("countdown", "<answer>1</answer>", written)
+        assert graded["bad_ground_truth"] == 0.0
+    else:
+        with pytest.raises(DataPrepError, match=r"row 1[:,] .*remove the row"):
+            prepare(str(source), str(out), test_size=2)
+        assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "flag"),
+    [
+        (dict(max_number=LIMIT), "--max_number"),
+        (dict(max_number=0), "--max_number"),
+        (dict(target_range=(1, LIMIT)), "--target_range"),
+        (dict(target_range=(-LIMIT, 1)), "--target_range"),
+        (dict(num_range=(2, 9)), "--num_range"),
+    ],
+)
+def test_generator_flags_beyond_the_reward_are_refused(spec: dict, flag: str) -> None:
+    with pytest.raises(DataPrepError, match=flag):
+        GeneratorSpec(**spec)
+    GeneratorSpec(**{k: v for k, v in GeneratorSpec().__dict__.items() if k in spec})  # control
+
+
+def test_solver_gives_up_after_its_budget() -> None:
+    start = time.perf_counter()
+    with pytest.raises(SolverGaveUp, match="1,000 search steps"):
+        solve([1] * 9, 997, budget=1000)
+    assert time.perf_counter() - start < 1
+    assert solve([2, 3, 7], 13, budget=1000) is not None  # control: a small search decides
+
+
+def test_require_solvable_counts_unverified_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task the solver cannot decide within its budget is dropped and counted, not waited on."""
+    rows = [{"nums": [i % 9 + 1, 3, 7], "target": i % 9 + 10} for i in range(10)]
+    rows.append({"nums": [2, 3, 5, 7, 11, 13], "target": 999_983})  # 6 numbers, unsolvable
+    source = _write_source(tmp_path / "s.jsonl", rows)
+    monkeypatch.setattr(countdown, "solve", functools.partial(solve, budget=5_000))
+    result = prepare(str(source), str(tmp_path / "out"), test_size=2, require_solvable=True)
+    assert result.dropped["unverified"] == 1
+    assert any("1 unverified (the solver gave up" in line for line in result.lines)
+
+
+def test_require_solvable_refuses_tasks_too_big_to_verify(tmp_path: Path) -> None:
+    rows = [{"nums": [2, 3, 7], "target": 13}, {"nums": [1] * 9, "target": 997}]
+    source = _write_source(tmp_path / "s.jsonl", rows)
+    start = time.perf_counter()
+    with pytest.raises(DataPrepError, match=r"row 1 has 9 numbers.*at most 6 numbers"):
+        prepare(str(source), str(tmp_path / "out"), test_size=1, require_solvable=True)
+    assert time.perf_counter() - start < 10 and not (tmp_path / "out").exists()

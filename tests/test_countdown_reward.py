@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rewards import countdown
-from rewards.countdown import compute_score, evaluate
+from rewards.countdown import compute_score, evaluate, validate_reward_kwargs
 
 GT = {"target": 13, "numbers": [2, 3, 7]}
 FMT = 0.1
@@ -237,8 +237,33 @@ def test_bad_kwargs_fail_loudly(kwargs: dict) -> None:
         compute_score("x", answer("2*3+7"), GT, **kwargs)
 
 
-def test_unknown_verl_kwargs_are_ignored() -> None:
-    assert compute_score("x", answer("2*3+7"), GT, return_dict=True, foo=1)["score"] == 1.0
+@pytest.mark.parametrize("kwargs", [{"formt_score": 0.1}, {"shaping": True, "Shaping": False}])
+def test_unknown_kwargs_fail_loudly_naming_the_valid_ones(kwargs: dict) -> None:
+    """verl passes only the four data arguments and ``reward_kwargs``: any other name is a
+    config typo, which used to be swallowed (and every score silently unshaped)."""
+    with pytest.raises(ValueError, match=r"unknown reward kwarg '\w+' for countdown; valid: "):
+        compute_score("x", answer("2*3+7"), GT, **kwargs)
+    with pytest.raises(ValueError, match="format_score, shaping"):
+        validate_reward_kwargs(kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"format_score": 0.0}, {"format_score": 1, "shaping": True}]
+)
+def test_valid_kwargs_pass(kwargs: dict) -> None:
+    validate_reward_kwargs(kwargs)  # the negative control: good names and values are accepted
+    assert compute_score("x", answer("2*3+7"), GT, **kwargs)["score"] == 1.0
+
+
+def test_kwargs_verdict_is_cached_per_kwargs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = countdown._settings
+    counting = countdown._text.SettingsCache(lambda kw: calls.append(kw) or real(kw))
+    monkeypatch.setattr(countdown, "_cached_settings", counting)
+    for _ in range(3):
+        compute_score("x", answer("2*3+7"), GT, format_score=0.2)
+    compute_score("x", answer("2*3+7"), GT, format_score=0.3)
+    assert len(calls) == 2  # once per distinct kwargs, not per call
 
 
 # --- bounded work -------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def _hub_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
         ("countdown", ["--source", "missing.jsonl"], "no such file"),
         ("countdown", ["--source", "hf"], "'Jiayi-Pan/Countdown-Tasks-3to4' from the Hugging Face"),
         ("gsm8k", ["--source", "hf"], "--source PATH"),
-        ("countdown", ["--source", "generate", "--test_size", "0"], "--test_size"),
+        ("countdown", ["--source", "generate", "--max_number", "1000000000"], "--max_number"),
+        ("countdown", ["--source", "generate", "--train_size", "2000000"], "at most 1,000,000"),
     ],
 )
 def test_cli_returns_2_on_bad_input(

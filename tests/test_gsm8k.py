@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from rewards.gsm8k import compute_score
+from rewards.gsm8k import parse_ground_truth as reward_truth
 from rlvr.data.prep import DataPrepError
 from rlvr.tasks.gsm8k import ground_truth_from_answer, prepare
 
@@ -88,7 +89,7 @@ def test_bad_row_fails_or_is_skipped(tmp_path: Path) -> None:
         prepare(str(source), str(tmp_path / "out"), test_size=2)
     assert not (tmp_path / "out").exists()
     result = prepare(str(source), str(tmp_path / "out"), test_size=2, skip_bad_rows=True)
-    assert result.dropped == {"unparsable": 1} and result.counts["train"] == 8
+    assert result.dropped == {"overlap": 0, "unparsable": 1} and result.counts["train"] == 8
 
 
 def test_missing_columns_and_test_split(tmp_path: Path) -> None:
@@ -98,3 +99,95 @@ def test_missing_columns_and_test_split(tmp_path: Path) -> None:
     ok = _jsonl(tmp_path / "ok.jsonl", ROWS)
     with pytest.raises(DataPrepError, match="--test_size"):
         prepare(str(ok), str(tmp_path / "out"))
+
+
+# --- one parser with the reward, bad rows, overlap, stale outputs -------------------------------
+
+FINALS = [
+    "72",
+    "1,000",
+    "-3",
+    "0.5",
+    "3.50",
+    "$5",
+    "-$1,234.5",
+    "$ -7",
+    "72.",
+    ".25",
+    " 1,000,000 ",
+    "1,2,14",
+    "1e99999999",
+    "1e3",
+    "12 apples",
+    "twelve",
+    "",
+    "1,00",
+    "--5",
+    "0x10",
+    "1/2",
+    "nan",
+    "1" * 40,
+]
+
+
+@pytest.mark.parametrize("final", FINALS)
+def test_prep_and_reward_read_every_final_answer_alike(final: str) -> None:
+    """Prep refuses exactly what the reward cannot read as a ground truth; what it writes, the
+    reward grades as the same number, and a response that copies the dataset's line scores 1."""
+    answer = f"Work.\n#### {final}"
+    read_by_reward = reward_truth(final)
+    try:
+        written = ground_truth_from_answer(answer, "here")
+    except DataPrepError as exc:
+        assert read_by_reward is None, f"prep refused what the reward reads: {exc}"
+        assert compute_score("openai/gsm8k", "#### 1", final)["bad_ground_truth"] == 1.0
+        return
+    assert read_by_reward is not None and reward_truth(written) == read_by_reward
+    assert compute_score("openai/gsm8k", answer, written)["score"] == 1.0
+
+
+def test_prep_refuses_what_used_to_slip_through() -> None:
+    for final in ("1,2,14", "1e99999999"):  # became 1214; each reward call took seconds
+        with pytest.raises(DataPrepError, match="not a number as the reward reads it"):
+            ground_truth_from_answer(f"#### {final}", "here")
+
+
+@pytest.mark.parametrize("question", [None, "", "   "])
+def test_a_row_without_a_question_is_refused_or_skipped(tmp_path: Path, question: object) -> None:
+    rows = [*ROWS[:10], {"question": question, "answer": "#### 3"}]
+    source = _jsonl(tmp_path / "gsm.jsonl", rows)
+    with pytest.raises(DataPrepError, match=r"row 10, field 'question'.*--skip_bad_rows"):
+        prepare(str(source), str(tmp_path / "out"), test_size=2)
+    assert not (tmp_path / "out").exists()
+    result = prepare(str(source), str(tmp_path / "out"), test_size=2, skip_bad_rows=True)
+    assert result.dropped["unparsable"] == 1
+    prompts = pd.read_parquet(result.paths["train"])["prompt"]
+    assert not any(str(p[-1]["content"]).startswith(("None", " ")) for p in prompts)
+
+
+def test_train_questions_also_in_test_are_dropped(tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    _jsonl(folder / "train.jsonl", [*ROWS[:20], {**ROWS[30], "question": "  q31: WHAT is 31 "}])
+    _jsonl(folder / "test.jsonl", [ROWS[3], {**ROWS[30], "question": "Q31: what is 31"}])
+    result = prepare(str(folder), str(tmp_path / "out"))
+    assert result.dropped["overlap"] == 2 and result.counts["train"] == 19
+    train = pd.read_parquet(result.paths["train"])["extra_info"].map(lambda e: e["question"])
+    assert ROWS[3]["question"] not in set(train)
+    assert any("2 train rows whose question is also in test" in line for line in result.lines)
+
+
+def test_a_rerun_without_val_size_leaves_no_stale_val(tmp_path: Path) -> None:
+    source = _jsonl(tmp_path / "gsm.jsonl", ROWS)
+    out = tmp_path / "out"
+    prepare(str(source), str(out), test_size=5, val_size=5)
+    assert (out / "val.parquet").exists()
+    prepare(str(source), str(out), test_size=5)
+    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
+
+
+def test_val_size_that_leaves_no_train_names_the_flag(tmp_path: Path) -> None:
+    source = _jsonl(tmp_path / "gsm.jsonl", ROWS)
+    with pytest.raises(DataPrepError, match=r"--val_size 35: the train split has 35 rows"):
+        prepare(str(source), str(tmp_path / "out"), test_size=5, val_size=35)
+    prepare(str(source), str(tmp_path / "out"), test_size=5, val_size=34)  # control

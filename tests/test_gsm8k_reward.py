@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.gsm8k import compute_score, extract_flexible, extract_strict, parse_ground_truth
+from rewards.gsm8k import (
+    compute_score,
+    extract_flexible,
+    extract_strict,
+    parse_ground_truth,
+    validate_reward_kwargs,
+)
 
 # (case id, response, ground truth, strict score, flexible score)
 CASES = [
@@ -78,10 +84,28 @@ def test_ground_truth_forms(truth: object) -> None:
     assert compute_score("x", "#### 72", truth)["score"] == 1.0
 
 
-@pytest.mark.parametrize("truth", [None, "", "abc", [72], {"a": 1}, True, "9" * 100])
+@pytest.mark.parametrize(
+    "truth",
+    [None, "", "abc", [72], {"a": 1}, True, "9" * 100, "1,2,14", "72 apples", "1e3", "nan"],
+)
 def test_bad_ground_truth_reported(truth: object) -> None:
+    """Not a number as a response's answer is read: reported, never graded against a different
+    number (``1,2,14`` used to become 1214)."""
     result = compute_score("x", "#### 72", truth)
     assert result["score"] == 0.0 and result["bad_ground_truth"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "truth",
+    ["1e99999999", "9" * 31 + "e9999999", "1" * 10_000_000],
+    ids=["exponent", "long exponent", "10M digits"],
+)
+def test_huge_ground_truths_are_refused_fast(truth: str) -> None:
+    """An exponent used to build a 10**99999999 Fraction: seconds per call."""
+    start = time.perf_counter()
+    assert parse_ground_truth(truth) is None
+    assert compute_score("x", "#### 1", truth)["bad_ground_truth"] == 1.0
+    assert time.perf_counter() - start < 0.05
 
 
 def test_parse_helpers() -> None:
@@ -138,10 +162,8 @@ def test_number_round_trip(whole: int, cents: int, prefix: str) -> None:
     sign = "-" if value < 0 else ""
     formatted = f"{abs(value.numerator) // value.denominator:,}.{cents:02d}"
     response = f"work...\n####{prefix}{sign}{formatted} units"
-    assert (
-        compute_score("x", response, str(value if value.denominator != 1 else int(value)))["score"]
-        == 1.0
-    )
+    truth = f"{sign}{formatted.replace(',', '')}"  # as data prep writes it: plain decimal digits
+    assert compute_score("x", response, truth)["score"] == 1.0
 
 
 @settings(max_examples=300, deadline=None)
@@ -150,3 +172,17 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     for method in ("strict", "flexible"):
         for wrapped in (text, "#### " + text, "<think>" + text + "</think>#### " + text):
             assert 0.0 <= compute_score("x", wrapped, "72", method=method)["score"] <= 1.0
+
+
+@pytest.mark.parametrize("kwargs", [{"formt_score": 0.1}, {"method": "strict", "mode": "x"}])
+def test_unknown_kwargs_fail_loudly_naming_the_valid_ones(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match=r"unknown reward kwarg '\w+' for gsm8k; valid: method"):
+        compute_score("x", "#### 72", "72", **kwargs)
+    with pytest.raises(ValueError, match="valid: method, format_score"):
+        validate_reward_kwargs(kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"method": "flexible"}, {"format_score": 0.5}])
+def test_valid_kwargs_pass(kwargs: dict) -> None:
+    validate_reward_kwargs(kwargs)  # the negative control
+    assert compute_score("x", "#### 72", "72", **kwargs)["score"] == 1.0

@@ -85,6 +85,26 @@ def test_gsm8k_through_verl_reward_manager() -> None:
     assert out["reward_tensor"].sum(dim=-1).tolist() == [1.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize(
+    ("name", "good", "typo"),
+    [
+        ("countdown", {"format_score": 0.1}, {"formt_score": 0.1}),
+        ("gsm8k", {"method": "strict"}, {"mehtod": "strict"}),
+    ],
+)
+def test_a_misspelled_reward_kwarg_fails_the_first_verl_call(
+    name: str, good: dict, typo: dict
+) -> None:
+    """verl merges ``reward_kwargs`` into every call; a typo used to be swallowed by
+    ``**_unused`` and training ran on the defaults. Now the first batch fails, naming it."""
+    batch = _batch(["#### 72"], ["72"], name)
+    manager = _manager(str(ROOT / f"rewards/{name}.py"), good)
+    manager(batch, return_dict=True)  # negative control: the valid spelling grades
+    manager = _manager(str(ROOT / f"rewards/{name}.py"), typo)
+    with pytest.raises(ValueError, match=rf"unknown reward kwarg '{next(iter(typo))}' for {name}"):
+        manager(batch, return_dict=True)
+
+
 @pytest.mark.parametrize("name", ["countdown", "gsm8k"])
 def test_loads_by_path_outside_project(tmp_path: Path, name: str) -> None:
     """verl may load the file where `rewards` is not importable (another cwd, no install)."""

@@ -70,3 +70,41 @@ def test_split_sizes_are_checked_before_any_work(
         prep_cli.main(spec.name, ["--train_size", size, "--local_dir", str(tmp_path / "out")])
     assert exit_.value.code == 2 and "--train_size" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_check_reward_kwargs_refuses_a_typo_listing_the_valid_names(spec: TaskSpec) -> None:
+    kwargs, _ = spec.training_settings()
+    spec.check_reward_kwargs(kwargs)  # negative control: the overlay's own kwargs pass
+    spec.check_reward_kwargs({})
+    with pytest.raises(tasks.TaskError, match=r"unknown reward kwarg 'formt_score'.*valid: ") as e:
+        spec.check_reward_kwargs({**kwargs, "formt_score": 0.1})
+    assert "format_score" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(tasks.TaskError, match="format_score"):
+        spec.check_reward_kwargs({"format_score": 7})  # a bad value, by name
+
+
+def _reward_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "reward.py"
+    path.write_text(body)
+    return path
+
+
+def test_check_reward_kwargs_of_a_reward_without_a_validator(tmp_path: Path) -> None:
+    """A foreign reward is checked by its signature; one taking ``**kwargs`` accepts any name."""
+    from rlvr.tasks.spec import check_reward_kwargs
+
+    strict = _reward_file(
+        tmp_path,
+        "def compute_score(data_source, solution_str, ground_truth, extra_info, scale=1):"
+        "\n    return {'score': 0.0}\n",
+    )
+    check_reward_kwargs(strict, {"scale": 2}, "mine")
+    with pytest.raises(
+        tasks.TaskError, match="unknown reward kwarg 'sacle' for mine; valid: scale"
+    ):
+        check_reward_kwargs(strict, {"sacle": 2}, "mine")
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    any_name = _reward_file(loose, "def compute_score(*args, **kwargs):\n    return {}\n")
+    check_reward_kwargs(any_name, {"whatever": 1}, "mine")

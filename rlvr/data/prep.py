@@ -8,14 +8,19 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.files import swap_in
+from rlvr.common.signals import signals_deferred, sigterm_as_interrupt
+
 # The columns verl's RLHFDataset and reward manager read from every row.
 DATA_COLUMNS = ("data_source", "prompt", "reward_model")
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+# The split files a prep may have written: a rerun replaces them all (no stale val.parquet).
+SPLIT_NAMES = ("train", "test", "val")
 
 
 class DataPrepError(Exception):
@@ -46,6 +51,23 @@ def load_source(source: str, hub_name: str, hub_config: str | None = None) -> di
     path = Path(source)
     if not path.exists():
         raise DataPrepError(f"--source {source!r}: no such file or folder (or use --source hf)")
+    # A local load takes a moment: its progress bars and log lines would only bury the one-line
+    # error (the exception, which names the file and the cause, is reported instead).
+    bars_were_on = datasets.is_progress_bar_enabled()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    try:
+        return _load_local(path)
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars_were_on:
+            datasets.enable_progress_bars()
+
+
+def _load_local(path: Path) -> dict[str, Any]:
+    import datasets
+
     try:
         if path.is_dir():
             if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
@@ -65,7 +87,10 @@ def load_source(source: str, hub_name: str, hub_config: str | None = None) -> di
     except DataPrepError:
         raise
     except Exception as exc:
-        raise DataPrepError(f"{path}: could not be read ({type(exc).__name__}: {exc})") from exc
+        # datasets wraps the useful cause ("changed from string to number in row 1")
+        root = exc.__cause__ or exc
+        first = (str(root).strip().splitlines() or [""])[0]
+        raise DataPrepError(f"{path}: could not be read ({type(root).__name__}: {first})") from exc
 
 
 def require_columns(dataset: Any, columns: Sequence[str], where: str) -> None:
@@ -106,23 +131,32 @@ def parse_int(value: Any, where: str) -> int:
 MAX_ROWS = 10_000_000  # beyond any real split; a typo'd size fails here, not after hours
 
 
-def row_count(text: str) -> int:
-    """An argparse type for a number of rows: a whole number from 0 to MAX_ROWS."""
+def row_count(text: str, minimum: int = 0) -> int:
+    """An argparse type for a number of rows: a whole number from ``minimum`` to MAX_ROWS."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= MAX_ROWS:
-        raise argparse.ArgumentTypeError(f"{value} rows: must be between 0 and {MAX_ROWS:,}")
+    if not minimum <= value <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(
+            f"{value} rows: must be between {minimum} and {MAX_ROWS:,}"
+        )
     return value
+
+
+def positive_row_count(text: str) -> int:
+    """:func:`row_count` for a split that must not be empty."""
+    return row_count(text, minimum=1)
 
 
 def add_split_arguments(
     parser: argparse.ArgumentParser, *, test_default: int | None, train_help: str, test_help: str
 ) -> None:
     """The flags every task's prep shares: the template, split sizes, the shuffle seed."""
-    parser.add_argument("--train_size", type=row_count, default=None, help=train_help)
-    parser.add_argument("--test_size", type=row_count, default=test_default, help=test_help)
+    parser.add_argument("--train_size", type=positive_row_count, default=None, help=train_help)
+    parser.add_argument(
+        "--test_size", type=positive_row_count, default=test_default, help=test_help
+    )
     parser.add_argument("--seed", type=int, default=42, help="shuffle (and generator) seed")
 
 
@@ -137,38 +171,66 @@ def chat_prompt(user: str, system: str | None = None) -> list[dict[str, str]]:
     return messages
 
 
+def check_destination(
+    local_dir: str | os.PathLike[str], splits: Iterable[str] = SPLIT_NAMES
+) -> Path:
+    """``local_dir`` as the folder data prep may replace whole, or DataPrepError.
+
+    It may hold only split files (``<split>.parquet``): anything else is someone's data, which a
+    rerun must not delete. Prep calls this before any work, and again before the swap.
+    """
+    destination = Path(os.path.realpath(local_dir))  # "." has no name; a symlink keeps its target
+    if destination.exists() and not destination.is_dir():
+        raise DataPrepError(f"--local_dir {local_dir}: is a file; pass a folder")
+    if destination.is_dir():
+        ours = {f"{split}.parquet" for split in (*SPLIT_NAMES, *splits)}
+        others = sorted(p.name for p in destination.iterdir() if p.name not in ours)
+        if others:
+            listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise DataPrepError(
+                f"--local_dir {local_dir}: holds {listed}, not data prep output, and the folder is "
+                "replaced whole; pass a new folder or one only data prep wrote"
+            )
+    return destination
+
+
 def write_splits(
     local_dir: str | os.PathLike[str], splits: Mapping[str, list[dict]]
 ) -> dict[str, Path]:
-    """Write ``{split}.parquet`` files atomically: all of them, or nothing at the destination.
+    """Write ``{split}.parquet`` for every split: ``local_dir`` ends up holding exactly these
+    files, all new, or is left as it was.
 
-    Every split is written to a temporary folder beside the destination first; only when all
-    are written are they moved into place.
+    The files are written to a staging folder beside ``local_dir``, which then replaces it in
+    one swap with SIGINT/SIGTERM held back, so an interrupted prep never leaves half-written,
+    mixed old/new, or stale files (a ``val.parquet`` from an earlier run with ``--val_size``).
     """
     import pandas as pd
 
-    destination = Path(local_dir)
+    destination = check_destination(local_dir, splits)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
-    created_destination = not destination.exists()
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
     try:
+        os.chmod(staging, _folder_mode(destination))  # mkdtemp's 0700 would lock others out
         for split, rows in splits.items():
             if not rows:
                 raise DataPrepError(f"split {split!r} would be empty")
             pd.DataFrame(rows).to_parquet(staging / f"{split}.parquet", index=False)
-        destination.mkdir(parents=True, exist_ok=True)
-        written = {}
-        for split in splits:
-            target = destination / f"{split}.parquet"
-            os.replace(staging / f"{split}.parquet", target)
-            written[split] = target
-        return written
-    except BaseException:
-        if created_destination and destination.exists() and not any(destination.iterdir()):
-            destination.rmdir()
-        raise
+        with signals_deferred():
+            check_destination(local_dir, splits)  # again: files may have appeared meanwhile
+            aside = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
+            if swap_in(staging, destination, aside) is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+        return {split: destination / f"{split}.parquet" for split in splits}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _folder_mode(destination: Path) -> int:
+    if destination.is_dir():
+        return destination.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
 
 
 @dataclass
@@ -184,12 +246,23 @@ class PrepResult:
 
 
 def run_prep_cli(prepare_call: Callable[[], PrepResult]) -> int:
-    """Run a task's ``prepare``; print its summary and an example row, or the error (exit 2)."""
+    """Run a task's ``prepare``; print its summary and an example row, or the error (exit 2).
+
+    SIGTERM is handled like Ctrl-C (exit 130): the staging folder is removed and the output
+    folder keeps its previous data (by default SIGTERM ends Python without any cleanup).
+    """
     try:
-        result = prepare_call()
+        with sigterm_as_interrupt():
+            result = prepare_call()
     except DataPrepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "interrupted: the output folder holds the previous data or the new, whole",
+            file=sys.stderr,
+        )
+        return 130
     for line in result.lines:
         print(line)
     print("example row:")

@@ -17,13 +17,17 @@ from rlvr.data.prep import (
     PrepResult,
     add_split_arguments,
     chat_prompt,
+    check_destination,
     load_source,
     split_options,
     write_splits,
 )
 from rlvr.tasks.countdown_puzzles import (
+    MAX_SOLVE_NUMBERS,
+    SOLVER_BUDGET,
     GeneratorSpec,
     Puzzle,
+    SolverGaveUp,
     SplitReport,
     generate_puzzles,
     numbers_histogram,
@@ -36,6 +40,8 @@ from rlvr.tasks.spec import TaskSpec
 DATA_SOURCE = "countdown"
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
 TEMPLATES = ("chat", "think", "fewshot")
+#: Most tasks one run generates (about 90 s on 2 cores); a typo'd size fails at once.
+MAX_GENERATED = 1_000_000
 SYSTEM_PROMPT = (
     "You are a helpful assistant. You solve arithmetic puzzles carefully and always give the "
     "final answer in the requested format."
@@ -81,11 +87,17 @@ def summary_lines(report: SplitReport, paths: dict[str, Path]) -> list[str]:
     every = report.train + report.test
     targets = [p.target for p in every]
     histogram_text = ", ".join(f"{k}: {v}" for k, v in numbers_histogram(every).items())
+    unverified = (
+        f", {report.dropped_unverified} unverified (the solver gave up after "
+        f"{SOLVER_BUDGET:,} steps each)"
+        if report.dropped_unverified
+        else ""
+    )
     return [
         f"train: {len(report.train)} rows -> {paths['train']}",
         f"test: {len(report.test)} rows -> {paths['test']}",
         f"dropped: {report.dropped_overlap} train rows also in test, "
-        f"{report.dropped_unsolvable} unsolvable",
+        f"{report.dropped_unsolvable} unsolvable{unverified}",
         f"stats: numbers per task {{{histogram_text}}}, "
         f"target range [{min(targets)}, {max(targets)}]",
     ]
@@ -106,15 +118,29 @@ def _load_puzzles(
     return puzzles_from_dataset(splits["train"], where), where
 
 
-def _solvable(puzzles: list[Puzzle]) -> tuple[list[Puzzle], int]:
+def _solvable(puzzles: list[Puzzle], where: str) -> tuple[list[Puzzle], int, int]:
+    """The puzzles with a solution (found or known), and the counts dropped as unsolvable and as
+    unverified (the solver's step budget ran out)."""
     from tqdm import tqdm
 
-    kept = []
-    for puzzle in tqdm(puzzles, desc="solving", unit="task", disable=len(puzzles) < 2000):
-        solution = puzzle.solution or solve(puzzle.numbers, puzzle.target)
+    unsolved = [p for p in puzzles if not p.solution]
+    too_big = next((p for p in unsolved if len(p.numbers) > MAX_SOLVE_NUMBERS), None)
+    if too_big is not None:  # refused up front: such searches take minutes to hours each
+        raise DataPrepError(
+            f"--require_solvable: {where} row {too_big.source_index} has {len(too_big.numbers)} "
+            f"numbers; the solver verifies tasks of at most {MAX_SOLVE_NUMBERS} numbers (its work "
+            "grows exponentially); drop the flag or remove the larger tasks"
+        )
+    kept, unverified = [], 0
+    for puzzle in tqdm(puzzles, desc="solving", unit="task", disable=len(unsolved) < 2000):
+        try:
+            solution = puzzle.solution or solve(puzzle.numbers, puzzle.target)
+        except SolverGaveUp:
+            unverified += 1
+            continue
         if solution is not None:
             kept.append(Puzzle(puzzle.numbers, puzzle.target, solution, puzzle.source_index))
-    return kept, len(puzzles) - len(kept)
+    return kept, len(puzzles) - len(kept) - unverified, unverified
 
 
 def prepare(
@@ -133,15 +159,22 @@ def prepare(
     """Load or generate puzzles, split them, and write ``train/test.parquet`` atomically."""
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
+    check_destination(local_dir)  # before any work: a folder that is not ours is refused
     count = test_size + (train_size if train_size is not None else generated_train_default)
+    if source == "generate" and count > MAX_GENERATED:
+        raise DataPrepError(
+            f"--train_size + --test_size: {count:,} tasks to generate; one run generates at most "
+            f"{MAX_GENERATED:,}; lower them"
+        )
     puzzles, source_name = _load_puzzles(
         source, dataset, count, generator or GeneratorSpec(seed=seed)
     )
-    dropped_unsolvable = 0
+    dropped_unsolvable = dropped_unverified = 0
     if require_solvable:
-        puzzles, dropped_unsolvable = _solvable(puzzles)
+        puzzles, dropped_unsolvable, dropped_unverified = _solvable(puzzles, source_name)
     report = split_puzzles(puzzles, test_size, train_size, seed)
     report.dropped_unsolvable = dropped_unsolvable
+    report.dropped_unverified = dropped_unverified
     rows = {
         split: [to_row(p, split, i, template, source_name) for i, p in enumerate(chosen)]
         for split, chosen in (("train", report.train), ("test", report.test))
@@ -150,7 +183,11 @@ def prepare(
     return PrepResult(
         paths=paths,
         counts={split: len(r) for split, r in rows.items()},
-        dropped={"overlap": report.dropped_overlap, "unsolvable": dropped_unsolvable},
+        dropped={
+            "overlap": report.dropped_overlap,
+            "unsolvable": dropped_unsolvable,
+            "unverified": dropped_unverified,
+        },
         example=rows["train"][0],
         lines=summary_lines(report, paths),
     )
@@ -190,7 +227,9 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--require_solvable",
         action="store_true",
-        help="hub/file sources: drop tasks with no exact solution, and count them",
+        help="hub/file sources: drop tasks with no exact solution, and count them (tasks of up "
+        f"to {MAX_SOLVE_NUMBERS} numbers; a search past {SOLVER_BUDGET:,} steps is dropped as "
+        "unverified)",
     )
 
 

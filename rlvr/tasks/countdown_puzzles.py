@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from rewards.countdown import MAX_MAGNITUDE, MAX_NUMBERS, task_problem
 from rlvr.data.prep import DataPrepError, parse_int, parse_int_list, require_columns
 
 
@@ -42,10 +43,20 @@ class GeneratorSpec:
         low, high = self.num_range
         if not 2 <= low <= high <= 8:
             raise DataPrepError(f"--num_range {low},{high}: need 2 <= low <= high <= 8")
-        if self.max_number < 1:
-            raise DataPrepError(f"--max_number {self.max_number}: must be at least 1")
-        if self.target_range[0] > self.target_range[1]:
-            raise DataPrepError(f"--target_range {self.target_range}: low is above high")
+        # The reward's bounds (rewards/countdown.py): a task outside them could not be graded.
+        if not 1 <= self.max_number < MAX_MAGNITUDE:
+            raise DataPrepError(
+                f"--max_number {self.max_number}: must be from 1 to {MAX_MAGNITUDE - 1:,} "
+                "(the largest number the reward grades)"
+            )
+        t_low, t_high = self.target_range
+        if t_low > t_high:
+            raise DataPrepError(f"--target_range {t_low},{t_high}: low is above high")
+        if max(abs(t_low), abs(t_high)) >= MAX_MAGNITUDE:
+            raise DataPrepError(
+                f"--target_range {t_low},{t_high}: targets must be within +-{MAX_MAGNITUDE - 1:,} "
+                "(the largest target the reward grades)"
+            )
 
 
 def _random_solution(rng: random.Random, numbers: list[int]) -> tuple[int, str]:
@@ -101,15 +112,33 @@ def generate_puzzles(count: int, spec: GeneratorSpec, progress: Any = None) -> l
 # --- exact solver --------------------------------------------------------------------------------
 
 
-def solve(numbers: Sequence[int], target: int) -> str | None:
+#: Most numbers ``--require_solvable`` verifies: the search grows exponentially with the count
+#: (5 numbers: under a second at worst; 6: up to ~15 s per unsolvable task; 9: hours).
+MAX_SOLVE_NUMBERS = 6
+#: Search steps per task before the solver gives up; above every 5-number search, so only
+#: larger tasks can run out.
+SOLVER_BUDGET = 200_000
+
+
+class SolverGaveUp(Exception):
+    """The search used its step budget without deciding whether the task is solvable."""
+
+
+def solve(numbers: Sequence[int], target: int, budget: int = SOLVER_BUDGET) -> str | None:
     """An expression using every number once with + - * / that equals ``target``, or None.
 
-    Exact over the rationals, the same grammar the reward accepts.
+    Exact over the rationals, the same grammar the reward accepts. Raises SolverGaveUp after
+    ``budget`` search steps, so no task can make it run for long.
     """
     goal = Fraction(target)
     dead: set[tuple[Fraction, ...]] = set()
+    steps = 0
 
     def search(items: list[tuple[Fraction, str]]) -> str | None:
+        nonlocal steps
+        steps += 1
+        if steps > budget:
+            raise SolverGaveUp(f"no decision after {budget:,} search steps")
         if len(items) == 1:
             return items[0][1] if items[0][0] == goal else None
         state = tuple(sorted(v for v, _ in items))
@@ -151,12 +180,19 @@ def puzzles_from_dataset(dataset: Any, where: str) -> list[Puzzle]:
     tasks = []
     for index, row in enumerate(dataset):
         at = f"{where}: row {index}"
-        numbers = parse_int_list(row["nums"], f"{at}, field 'nums'")
+        raw = row["nums"]
+        if isinstance(raw, list) and len(raw) > MAX_NUMBERS:  # refused before parsing them all
+            raise DataPrepError(
+                f"{at}, field 'nums': {len(raw):,} numbers; the reward grades tasks of 1 to "
+                f"{MAX_NUMBERS} numbers (remove the row)"
+            )
+        numbers = parse_int_list(raw, f"{at}, field 'nums'")
         if not numbers:
             raise DataPrepError(f"{at}, field 'nums': empty list")
-        if any(n < 0 for n in numbers):
-            raise DataPrepError(f"{at}, field 'nums': negative number in {numbers}")
         target = parse_int(row["target"], f"{at}, field 'target'")
+        problem = task_problem(numbers, target)  # the reward's own bounds
+        if problem is not None:
+            raise DataPrepError(f"{at}: {problem}, so every answer would score 0 (remove the row)")
         tasks.append(Puzzle(tuple(numbers), target, "", index))
     return tasks
 
@@ -167,6 +203,7 @@ class SplitReport:
     test: list[Puzzle]
     dropped_overlap: int = 0
     dropped_unsolvable: int = 0
+    dropped_unverified: int = 0
 
 
 def split_puzzles(
@@ -177,6 +214,8 @@ def split_puzzles(
     """
     if test_size < 1:
         raise DataPrepError("--test_size must be at least 1")
+    if train_size is not None and train_size < 1:
+        raise DataPrepError("--train_size must be at least 1 (omit it to keep every train row)")
     if len(tasks) <= test_size:
         raise DataPrepError(
             f"only {len(tasks)} tasks: not enough for --test_size {test_size} plus a train split"

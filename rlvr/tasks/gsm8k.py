@@ -9,6 +9,7 @@ import argparse
 import json
 import random
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from rlvr.data.prep import (
     PrepResult,
     add_split_arguments,
     chat_prompt,
+    check_destination,
     load_source,
     require_columns,
     row_count,
@@ -33,13 +35,38 @@ TEMPLATES = ("chat", "think")
 
 
 def ground_truth_from_answer(answer: str, where: str) -> str:
-    """The number after ``####`` in a GSM8K answer, commas removed ("1,000" -> "1000")."""
+    """The number after the last ``####`` in a GSM8K answer, as plain digits ("1,000" -> "1000").
+
+    It is read by the reward's own ``parse_ground_truth`` (one parser): what the reward would
+    not read as a number (``1,2,14``, ``1e99999999``, ``12 apples``) is refused here.
+    """
     if not isinstance(answer, str) or contract.ANSWER_MARKER not in answer:
         raise DataPrepError(f"{where}: no '####' final answer in {str(answer)[-80:]!r}")
-    final = answer.rsplit(contract.ANSWER_MARKER, 1)[1].strip().replace(",", "")
-    if contract.parse_ground_truth(final) is None:
-        raise DataPrepError(f"{where}: final answer {final!r} is not a number")
-    return final
+    final = answer.rsplit(contract.ANSWER_MARKER, 1)[1].strip()
+    value = contract.parse_ground_truth(final)
+    if value is None:
+        raise DataPrepError(
+            f"{where}: final answer {final[:40]!r} is not a number as the reward reads it "
+            "(digits, optional sign, $ and decimals, commas only between groups of three)"
+        )
+    return canonical_number(value)
+
+
+def canonical_number(value: Fraction) -> str:
+    """A decimal-text Fraction as plain decimal digits: 1000, -3, 0.5."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    places = next((k for k in range(1, 64) if 10**k % value.denominator == 0), None)
+    if places is None:  # not a decimal fraction; the parser never returns one from text
+        raise ValueError(f"{value} has no finite decimal form")
+    digits = str(abs(value.numerator) * 10**places // value.denominator).rjust(places + 1, "0")
+    sign = "-" if value < 0 else ""
+    return f"{sign}{digits[:-places]}.{digits[-places:]}".rstrip("0")
+
+
+def question_key(question: str) -> str:
+    """Identity for the train/test overlap check: the words, case and spacing ignored."""
+    return " ".join(question.split()).casefold()
 
 
 def build_prompt(question: str, template: str) -> list[dict[str, str]]:
@@ -68,20 +95,24 @@ def to_row(
     }
 
 
-def _rows(dataset: Any, split: str, where: str, template: str, skip_bad: bool) -> tuple[list, int]:
+def _row(item: Any, at: str) -> tuple[str, str, str]:
+    question = item["question"]
+    if not isinstance(question, str) or not question.strip():
+        raise DataPrepError(f"{at}, field 'question': {question!r} is not a question")
+    truth = ground_truth_from_answer(item["answer"], f"{at}, field 'answer'")
+    return question, item["answer"], truth
+
+
+def _rows(dataset: Any, where: str, skip_bad: bool) -> tuple[list[tuple[str, str, str]], int]:
     require_columns(dataset, ["question", "answer"], where)
     rows, skipped = [], 0
     for index, item in enumerate(dataset):
         try:
-            truth = ground_truth_from_answer(
-                item["answer"], f"{where}: row {index}, field 'answer'"
-            )
-        except DataPrepError:
+            rows.append(_row(item, f"{where}: row {index}"))
+        except DataPrepError as exc:
             if not skip_bad:
-                raise
+                raise DataPrepError(f"{exc}; fix the row or pass --skip_bad_rows") from None
             skipped += 1
-            continue
-        rows.append((item["question"], item["answer"], truth))
     return rows, skipped
 
 
@@ -99,15 +130,15 @@ def prepare(
     """Write ``train.parquet``, ``test.parquet`` (and ``val.parquet`` with ``val_size``)."""
     if template not in TEMPLATES:
         raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
+    _check_sizes(train_size, test_size, val_size)
+    check_destination(local_dir)  # before any work: a folder that is not ours is refused
     splits = load_source(source, HUB_DATASET, HUB_CONFIG)
     where = HUB_DATASET if source == "hf" else source
     if "train" not in splits:
         raise DataPrepError(f"{where}: no 'train' split (found {sorted(splits)})")
-    train, skipped = _rows(splits["train"], "train", f"{where} [train]", template, skip_bad_rows)
+    train, skipped = _rows(splits["train"], f"{where} [train]", skip_bad_rows)
     if "test" in splits:
-        test, skipped_test = _rows(
-            splits["test"], "test", f"{where} [test]", template, skip_bad_rows
-        )
+        test, skipped_test = _rows(splits["test"], f"{where} [test]", skip_bad_rows)
         skipped += skipped_test
     elif test_size:
         test, train = train[:test_size], train[test_size:]  # the seed's policy: first rows
@@ -117,9 +148,16 @@ def prepare(
         )
     if test_size:
         test = test[:test_size]
+    # A question in both splits would be graded on test after training on it: drop it from train.
+    test_keys = {question_key(q) for q, _, _ in test}
+    kept = [row for row in train if question_key(row[0]) not in test_keys]
+    overlap, train = len(train) - len(kept), kept
     random.Random(seed).shuffle(train)
-    if val_size < 0:
-        raise DataPrepError("--val_size must be >= 0")
+    if val_size and val_size >= len(train):
+        raise DataPrepError(
+            f"--val_size {val_size}: the train split has {len(train)} rows, so none would be "
+            "left for training; lower --val_size"
+        )
     val, train = train[:val_size], train[val_size:]
     if train_size is not None:
         train = train[:train_size]
@@ -128,11 +166,25 @@ def prepare(
         split: [to_row(q, a, t, split, i, template) for i, (q, a, t) in enumerate(items)]
         for split, items in out.items()
     }
-    paths = write_splits(local_dir, rows)
+    paths = write_splits(local_dir, rows)  # replaces the folder whole: no stale val.parquet
     lines = [f"{split}: {len(r)} rows -> {paths[split]}" for split, r in rows.items()]
-    lines.append(f"skipped: {skipped} rows without a parsable final answer")
+    lines.append(
+        f"dropped: {overlap} train rows whose question is also in test, {skipped} bad rows "
+        "skipped (no question, or no final answer the reward reads)"
+    )
     counts = {split: len(r) for split, r in rows.items()}
-    return PrepResult(paths, counts, {"unparsable": skipped}, rows["train"][0], lines)
+    dropped = {"overlap": overlap, "unparsable": skipped}
+    return PrepResult(paths, counts, dropped, rows["train"][0], lines)
+
+
+def _check_sizes(train_size: int | None, test_size: int | None, val_size: int) -> None:
+    """The CLI's own types check these; ``prepare`` called directly gets the same messages."""
+    if train_size is not None and train_size < 1:
+        raise DataPrepError("--train_size must be at least 1 (omit it to keep every train row)")
+    if test_size is not None and test_size < 1:
+        raise DataPrepError("--test_size must be at least 1 (omit it to keep the whole test split)")
+    if val_size < 0:
+        raise DataPrepError("--val_size must be >= 0")
 
 
 # --- the command line and the spec ---------------------------------------------------------------
@@ -157,7 +209,8 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--skip_bad_rows",
         action="store_true",
-        help="skip rows whose answer has no parsable number (and count them) instead of failing",
+        help="skip bad rows (no question, or no final answer the reward reads) and count them, "
+        "instead of failing",
     )
 
 
@@ -177,10 +230,10 @@ def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
     train/val/test Parquet under ``out`` (the source files go to a sibling folder)."""
     source = out.parent / f"{out.name}_source"
     source.mkdir(parents=True, exist_ok=True)
-    for split, count in (("train", train_rows + val_rows), ("test", val_rows)):
+    for split, first, count in (("train", 0, train_rows + val_rows), ("test", 10**6, val_rows)):
         lines = []
-        for i in range(count):
-            a, b = 3 + i % 17, 5 + i % 11
+        for i in range(first, first + count):  # distinct numbers: no test question is in train
+            a, b = 3 + i, 5 + i % 11
             question = f"Sam has {a} apples and buys {b} more. How many apples does Sam have?"
             answer = f"Sam has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"
             lines.append(json.dumps({"question": question, "answer": answer}))

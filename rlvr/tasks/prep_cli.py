@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rlvr.common.cli import OneLineParser
 from rlvr.data.prep import run_prep_cli
 from rlvr.tasks import get
 
@@ -14,7 +15,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 def build_parser(task_name: str, description: str | None = None) -> argparse.ArgumentParser:
     spec = get(task_name)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=f"data_prep_{spec.name}.py",
         description=description or spec.summary,
         formatter_class=_Formatter,
@@ -29,7 +30,8 @@ def build_parser(task_name: str, description: str | None = None) -> argparse.Arg
 
 
 def main(task_name: str, argv: list[str] | None = None, description: str | None = None) -> int:
-    """Parse ``argv`` with the task's flags and run its prep; exit code 2 on bad input."""
+    """Parse ``argv`` with the task's flags and run its prep; exit code 2 on bad input (a usage
+    error exits 2 from the parser, in one line)."""
     spec = get(task_name)
     args = build_parser(task_name, description).parse_args(argv)
     return run_prep_cli(lambda: spec.prepare(args))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -82,6 +83,12 @@ class TaskSpec:
     def load_reward(self) -> RewardFunction:
         return load_reward_function(self.reward_file)
 
+    def check_reward_kwargs(self, kwargs: Mapping[str, object]) -> None:
+        """Raise TaskError (one line: the bad name or value, and the valid names) unless the
+        reward accepts ``kwargs`` as its ``reward_kwargs``; the reward itself decides, through its
+        ``validate_reward_kwargs`` (or, in a reward without one, its signature)."""
+        check_reward_kwargs(self.reward_file, kwargs, self.name)
+
     def training_settings(self) -> tuple[dict[str, Any], int]:
         """The overlay's reward kwargs and max response length (what training uses)."""
         from omegaconf import OmegaConf
@@ -91,9 +98,17 @@ class TaskSpec:
         return dict(kwargs), int(overlay.data.max_response_length)
 
 
-@cache
 def load_reward_function(path: Path, name: str = "compute_score") -> RewardFunction:
     """``name`` from a reward file, loaded by path the way verl's reward manager does."""
+    function = getattr(load_reward_module(path), name, None)
+    if not callable(function):
+        raise TaskError(f"{Path(path).resolve()}: defines no function {name!r}")
+    return function
+
+
+@cache
+def load_reward_module(path: Path) -> ModuleType:
+    """A reward file as a module, loaded by path (once per path)."""
     path = Path(path).resolve()
     module_name = f"_rlvr_reward_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -106,7 +121,40 @@ def load_reward_function(path: Path, name: str = "compute_score") -> RewardFunct
     except Exception as exc:
         del sys.modules[module_name]
         raise TaskError(f"{path}: could not be imported ({type(exc).__name__}: {exc})") from exc
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise TaskError(f"{path}: defines no function {name!r}")
-    return function
+    return module
+
+
+def check_reward_kwargs(path: Path, kwargs: Mapping[str, object], task: str) -> None:
+    """The reward file's ``validate_reward_kwargs(kwargs)`` as a TaskError; a reward without one
+    is checked against its ``compute_score`` signature (names only)."""
+    module = load_reward_module(path)
+    validate = getattr(module, "validate_reward_kwargs", None)
+    try:
+        if callable(validate):
+            validate(dict(kwargs))
+        else:
+            _check_by_signature(load_reward_function(path), kwargs, task)
+    except ValueError as exc:
+        raise TaskError(_one_line(exc)) from None
+    except TaskError:
+        raise
+    except Exception as exc:  # a foreign reward's validator failing some other way
+        raise TaskError(
+            f"{path}: validate_reward_kwargs: {type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+
+
+def _check_by_signature(function: RewardFunction, kwargs: Mapping[str, object], task: str) -> None:
+    parameters = list(inspect.signature(function).parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return  # it takes any name: only its own calls can tell
+    valid = [p.name for p in parameters[4:]]  # after data_source, solution_str, ground_truth, ...
+    unknown = [name for name in kwargs if name not in valid]
+    if unknown:
+        listed = ", ".join(valid) or "none"
+        raise TaskError(f"unknown reward kwarg {unknown[0]!r} for {task}; valid: {listed}")
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
