@@ -9,11 +9,12 @@ with its end-of-turn token fixed. An existing folder is kept unless --force.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from rlvr.common.cli import OneLineParser
 from rlvr.common.files import staged_dir
+from rlvr.common.signals import sigterm_as_interrupt
 
 DEFAULT_DIRS = {
     "tiny": "artifacts/models/tiny",
@@ -33,7 +34,7 @@ def _build(model: str, folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", choices=sorted(DEFAULT_DIRS), help="which model to build")
     parser.add_argument(
         "--out", default=None, help="output folder (default artifacts/models/<name>)"
@@ -54,12 +55,20 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    # SIGTERM ends the build like Ctrl-C, so the staging folder's clean-up runs (the default
+    # action would leave it behind, and could stop between the two renames of a swap).
     try:
-        with staged_dir(out) as staging:  # the old folder is replaced only by a finished build
+        with (
+            sigterm_as_interrupt(),
+            staged_dir(out) as staging,
+        ):  # the old folder is replaced only by a finished build
             _build(args.model, staging)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {out} is as it was before this build", file=sys.stderr)
+        return 130
     print(f"built {args.model} -> {out}")
     return 0
 

@@ -9,7 +9,11 @@
 # actor/huggingface.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-EXPERIMENT="${1:?usage: launch_grpo.sh EXPERIMENT [hydra overrides...]}"
+if [[ $# -lt 1 || -z "${1:-}" || "$1" == -* ]]; then
+    echo "launch_grpo.sh: no experiment given; usage: launch_grpo.sh EXPERIMENT [hydra overrides...] (experiments: configs/*.yaml)" >&2
+    exit 2
+fi
+EXPERIMENT="$1"
 shift
 cd "$ROOT"
 # The project's interpreter, run directly: a driver started by `uv run` makes Ray 2.52 record
@@ -17,6 +21,8 @@ cd "$ROOT"
 PYTHON="$(uv run --no-sync python -c 'import sys; print(sys.executable)')"
 export RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 
+# Exit 2 with one line per problem (unknown experiment or key, data, model, numbers verl rejects,
+# a running Ray cluster verl would join silently: docs/TRAINING.md, "Errors").
 "$PYTHON" -m rlvr.train.preflight "$EXPERIMENT" "$@"
 
 if [[ -n "${WANDB_API_KEY:-}" ]] || grep -qs "api.wandb.ai" "$HOME/.netrc"; then

@@ -14,13 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr.common.cli import OneLineParser
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError
 from rlvr.sweep.plots import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

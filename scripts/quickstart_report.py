@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr.common.cli import OneLineParser
 from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
@@ -24,7 +25,7 @@ from rlvr.train.curves import plot_reward_curve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

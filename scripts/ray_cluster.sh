@@ -22,24 +22,31 @@ gpu_args() {  # --num-gpus from torch unless the caller passed one
     echo "--num-gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')"
 }
 
+fail() { echo "ray_cluster.sh: $1" >&2; exit 2; }
+port_ok() { [[ "$1" =~ ^[0-9]+$ ]] && ((10#$1 >= 1 && 10#$1 <= 65535)); }
+
 case "${1:-}" in
     head)
         shift
         PORT=6379
-        if [[ "${1:-}" == "--port" ]]; then PORT="${2:?--port needs a number}"; shift 2; fi
-        [[ "$PORT" =~ ^[0-9]+$ ]] || { echo "ray_cluster.sh: --port must be a number" >&2; exit 2; }
+        if [[ "${1:-}" == "--port" ]]; then PORT="${2:-}"; shift $(($# < 2 ? $# : 2)); fi
+        port_ok "$PORT" || fail "--port must be a number from 1 to 65535, got '${PORT}'"
         "${RAY[@]}" start --head --port="$PORT" --include-dashboard=true --disable-usage-stats \
             $(gpu_args "$@") "$@"
         echo "head started; on each worker node run:"
         echo "  bash scripts/ray_cluster.sh worker $(hostname -I | awk '{print $1}'):$PORT"
         ;;
     worker)
-        ADDRESS="${2:?usage: ray_cluster.sh worker HEAD_IP:PORT [ray start options]}"
+        ADDRESS="${2:-}"
+        [[ "$ADDRESS" =~ ^[A-Za-z0-9.-]+:([0-9]+)$ ]] && port_ok "${BASH_REMATCH[1]}" ||
+            fail "worker needs the head's HOST:PORT (e.g. 10.0.0.1:6379), got '${ADDRESS}'"
         shift 2
         "${RAY[@]}" start --address="$ADDRESS" --disable-usage-stats $(gpu_args "$@") "$@"
         ;;
-    status) "${RAY[@]}" status ;;
-    stop) "${RAY[@]}" stop ;;
+    status|stop)
+        (($# == 1)) || fail "$1 takes no arguments, got: ${*:2}"
+        "${RAY[@]}" "$1"
+        ;;
     -h|--help) usage ;;
-    *) usage >&2; exit 2 ;;
+    *) fail "unknown command '${1:-}'; use head, worker, status or stop (--help for usage)" ;;
 esac

@@ -3,10 +3,14 @@
 # names another. `uv run python -m rlvr.tasks list` shows the tasks.
 # Usage: bash scripts/run_grpo.sh TASK [--config EXPERIMENT] [hydra overrides...]
 set -euo pipefail
-TASK="${1:?usage: run_grpo.sh TASK [--config EXPERIMENT] [hydra overrides...]}"
+fail() { echo "run_grpo.sh: $1" >&2; exit 2; }
+[[ -n "${1:-}" && "$1" != -* ]] ||
+    fail "no task given; usage: run_grpo.sh TASK [--config EXPERIMENT] [overrides...] (tasks: uv run python -m rlvr.tasks list)"
+TASK="$1"
 shift
 if [[ "${1:-}" == "--config" ]]; then
-    EXPERIMENT="${2:?--config needs a name}"
+    [[ -n "${2:-}" && "$2" != -* ]] || fail "--config needs an experiment name (configs/*.yaml)"
+    EXPERIMENT="$2"
     shift 2
 else
     EXPERIMENT="$(uv run --no-sync python -m rlvr.tasks experiment "$TASK")"

@@ -16,9 +16,12 @@ lora_alpha, rollout_n, kl_coef, entropy_coeff; any full Hydra key works too.
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from pathlib import Path
 
+from rlvr.common.cli import OneLineParser
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
 from rlvr.sweep.plots import write_report
@@ -26,7 +29,7 @@ from rlvr.sweep.runner import ROOT, checked_points, run_sweep
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -65,9 +68,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Flags that would misplace or never bound the runs, refused before anything runs."""
+    if args.name is not None and not NAME.fullmatch(args.name):
+        raise SweepError(
+            f"--name {args.name!r}: must be a plain folder name (letters, digits, _ . -), not a "
+            "path; use --out for the parent folder"
+        )
+    if not math.isfinite(args.timeout_h) or args.timeout_h <= 0:
+        raise SweepError(f"--timeout_h {args.timeout_h}: must be a number of hours > 0")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: exists and is not a folder; pick a folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        _check_args(args)
         spec = SweepSpec(
             name=args.name or f"{args.experiment}_sweep",
             experiment=args.experiment,

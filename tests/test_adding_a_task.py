@@ -129,7 +129,7 @@ def test_preflight_refuses_another_tasks_data(
     prepare("generate", tmp_path / "data" / "echo", train_size=8, test_size=4)
     run = ["countdown_cpu", "task=echo", f"paths.data={tmp_path / 'data'}"]
     run += [f"actor_rollout_ref.model.path={tiny_model_dir}"]
-    assert preflight.main(run) == 1
+    assert preflight.main(run) == 2
     assert "holds data_source ['countdown'], but the reward grades echo" in capsys.readouterr().err
 
 

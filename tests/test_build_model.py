@@ -4,6 +4,11 @@ finished build."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -62,8 +67,7 @@ def test_an_interrupted_rebuild_leaves_the_old_model(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(script, "_build", broken)
-    with pytest.raises(KeyboardInterrupt):
-        script.main(["tiny", "--out", str(old), "--force"])
+    assert script.main(["tiny", "--out", str(old), "--force"]) == 130
     assert (old / "config.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging left behind
 
@@ -71,3 +75,58 @@ def test_an_interrupted_rebuild_leaves_the_old_model(
 def test_the_real_tiny_build(script: ModuleType, tmp_path: Path) -> None:
     assert script.main(["tiny", "--out", str(tmp_path / "tiny")]) == 0
     assert (tmp_path / "tiny" / "config.json").is_file()
+
+
+def _old_model(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "config.json").write_text("old")
+    (folder / "model.safetensors").write_text("old weights")
+
+
+@pytest.mark.parametrize(
+    "signum, delay_s",
+    [(signal.SIGINT, 0.0), (signal.SIGTERM, 0.0), (signal.SIGTERM, 0.5), (signal.SIGINT, 1.5)],
+)
+def test_a_signal_mid_build_leaves_old_or_new_never_partial(
+    tmp_path: Path, signum: int, delay_s: float
+) -> None:
+    """A real build interrupted once its staging folder exists (plus a delay): the target is
+    the old model or the complete new one, and no staging or set-aside folder is left."""
+    target = tmp_path / "model"
+    _old_model(target)
+    command = [sys.executable, str(ROOT / "scripts/build_model.py"), "tiny", "--force"]
+    proc = subprocess.Popen(
+        [*command, "--out", str(target)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".model.partial-*")) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the build never started staging"
+        time.sleep(0.02)
+    time.sleep(delay_s)
+    if proc.poll() is None:
+        os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), err
+    if proc.returncode == 130:
+        assert err.strip().endswith("is as it was before this build")
+    names = sorted(p.name for p in target.iterdir())
+    if (target / "config.json").read_text() == "old":
+        assert names == ["config.json", "model.safetensors"]
+    else:  # the new model, whole
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(names)
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # nothing staged or set aside
+
+
+def test_bad_out_is_refused_in_one_line(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setattr(script, "_build", _fake_build)
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    assert script.main(["tiny", "--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and a_file.read_text() == "mine"

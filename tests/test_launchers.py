@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -101,3 +103,40 @@ def test_cluster_head_runs_the_job_server_with_the_projects_ray(tmp_path: Path) 
     assert "--num-gpus" in start and "8" in start  # a given count is not re-detected
     bad = _run(["scripts/ray_cluster.sh", "head", "--port", "x"], env)
     assert bad.returncode == 2 and "--port must be a number" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["scripts/ray_cluster.sh", "head", "--port", "x"], "--port must be a number"),
+        (["scripts/ray_cluster.sh", "head", "--port"], "--port must be a number"),
+        (["scripts/ray_cluster.sh", "head", "--port", "70000"], "from 1 to 65535"),
+        (["scripts/ray_cluster.sh", "worker"], "worker needs the head's HOST:PORT"),
+        (["scripts/ray_cluster.sh", "worker", "10.0.0.1"], "worker needs the head's HOST:PORT"),
+        (["scripts/ray_cluster.sh", "stop", "--force"], "stop takes no arguments"),
+        (["scripts/ray_cluster.sh", "strat"], "unknown command 'strat'"),
+        (["scripts/ray_cluster.sh"], "unknown command ''"),
+        (["scripts/launch_grpo.sh"], "no experiment given"),
+        (["scripts/run_grpo.sh"], "no task given"),
+        (["scripts/run_grpo.sh", "countdown", "--config"], "--config needs an experiment"),
+    ],
+)
+def test_bad_launcher_arguments_are_one_line_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Nothing runs: no `ray` call, no pre-flight, no trainer."""
+    done = _run(args, _stubs(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
+    calls = tmp_path / "calls.jsonl"
+    argvs = [c["argv"] for c in _calls(tmp_path)] if calls.exists() else []
+    assert not [a for a in argvs if a[:1] == ["ray"] or "-m" in a]  # only `python -c` probes
+
+
+def test_good_worker_address_reaches_ray(tmp_path: Path) -> None:
+    """Control for the refusals above: a HOST:PORT passes to `ray start`."""
+    env = _stubs(tmp_path)
+    done = _run(["scripts/ray_cluster.sh", "worker", "10.0.0.1:6379", "--num-gpus=0"], env)
+    assert done.returncode == 0, done.stderr
+    (start,) = [c["argv"] for c in _calls(tmp_path) if c["argv"][1:2] == ["start"]]
+    assert "--address=10.0.0.1:6379" in start

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -475,9 +476,94 @@ def test_cli_checks_every_point_before_running(
     code, _, err = sweep("--experiment=countdown_cpu", "--grid=actor_rollout_ref.actor.optim.lrr=1")
     assert code == 2 and "point lrr1 is not a valid config" in err
     # verl's own check: the mini batch must not exceed the train batch
-    code, _, err = sweep("--experiment=countdown_cpu", "--grid=data.train_batch_size=2,1")
+    code, _, err = sweep(
+        "--experiment=countdown_cpu",
+        "--grid=data.train_batch_size=2,1",
+        "actor_rollout_ref.actor.use_dynamic_bsz=false",  # verl checks batches only without it
+        "--dry_run",  # a check that passed by mistake must not launch anything
+    )
     assert code == 2 and "train_batch_size1" in err
     assert sweep("--grid=lr=1")[0] == 2  # --experiment is required
     code, out, _ = sweep("--experiment=countdown_cpu", "--grid=lr=1e-5,1e-4", "--dry_run")
     assert code == 0 and "lr1e-4: actor_rollout_ref.actor.optim.lr=1e-4" in out
     assert not list(tmp_path.iterdir())  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(
+    "spec, repeated",
+    [
+        ("lr=1e-5,1e-05,0.00001", "1e-5, 1e-05, 0.00001"),
+        ("lora_rank=8,8.0,32", "8, 8.0"),
+        ("actor_rollout_ref.actor.use_kl_loss=True,true", "True, true"),
+        ("lr=1e-5,1e-5", "1e-5, 1e-5"),
+    ],
+)
+def test_grid_values_are_compared_as_values(spec: str, repeated: str) -> None:
+    with pytest.raises(SweepError, match=f"repeated values \\({repeated} are one value\\)"):
+        parse_grid([spec])
+
+
+def test_distinct_values_and_text_stay_apart() -> None:
+    """Controls: different numbers, and strings that only look alike, are separate points."""
+    assert len(grid_points(parse_grid(["lr=1e-5,1e-4", "data.tag=a,A"]))) == 4
+
+
+def test_a_rerun_spelling_a_value_differently_reuses_its_point(tmp_path: Path) -> None:
+    from rlvr.sweep.folder import prepare_sweep_dir
+
+    first = SweepSpec("s", "countdown_cpu", parse_grid(["lr=1e-5"]))
+    assert prepare_sweep_dir(first, tmp_path) == first
+    again = prepare_sweep_dir(
+        SweepSpec("s", "countdown_cpu", parse_grid(["lr=1e-05,2e-5"])), tmp_path
+    )
+    assert [p.name for p in grid_points(again.grid)] == ["lr1e-5", "lr2e-5"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["grid"] == {"lr": ["1e-5", "2e-5"]}
+
+
+def test_a_corrupt_sweep_record_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text("{not json")
+    with pytest.raises(SweepError, match="not a readable sweep record"):
+        load_sweep(tmp_path)
+    (tmp_path / "sweep.json").write_text('{"grid": {"lr": ["1"]}}')  # no grid_keys
+    with pytest.raises(SweepError, match="not a readable sweep record"):
+        load_sweep(tmp_path)
+
+
+def test_plot_sweep_bad_axis_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep_dir = _recorded_sweep(tmp_path)
+    before = sorted(p.name for p in sweep_dir.iterdir())
+    cli = _script("plot_sweep")
+    assert cli.main([str(sweep_dir), "--x", "entropy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--x 'entropy' is not a grid axis" in err
+    assert sorted(p.name for p in sweep_dir.iterdir()) == before
+    assert cli.main([str(sweep_dir), "--x", "lr"]) == 0  # control
+    assert (sweep_dir / "final_reward_vs_lr.png").is_file()
+    assert not list(sweep_dir.glob(".*.tmp"))
+
+
+def _script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"{name}_cli", ROOT / f"scripts/{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--experiment=countdown_cpu", "--grid=lr=1", "--name=../escape"], "--name '../escape'"),
+        (["--experiment=countdown_cpu", "--grid=lr=1", "--timeout_h=0"], "--timeout_h 0.0"),
+        (["--experiment=countdown_cpuu", "--grid=lr=1"], "did you mean countdown_cpu?"),
+        (["--experiment=countdown_cpu", "--grid=rollout_n=2,0"], "rollout.n=0: must be"),
+        (["--experiment=countdown_cpu", "--grid=lr=1e-5,1e-05"], "are one value"),
+    ],
+)
+def test_sweep_cli_refuses_with_one_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert _script("sweep").main([f"--out={tmp_path}", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())  # nothing written

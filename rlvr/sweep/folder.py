@@ -14,12 +14,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rlvr.common.files import write_json_atomic
-from rlvr.sweep.grid import GridPoint, SweepError, SweepSpec, axes_from_record, grid_points
+from rlvr.sweep.grid import (
+    GridPoint,
+    SweepError,
+    SweepSpec,
+    axes_from_record,
+    grid_points,
+    value_key,
+)
 from rlvr.sweep.history import RunSummary, summarise_history
 from rlvr.train.metrics_log import StepRecord, read_steps
 
@@ -64,15 +71,31 @@ def load_records(folder: Path) -> list[StepRecord]:
         raise SweepError(str(exc)) from exc
 
 
-def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
-    """Create the folder or check that it holds this same sweep (so finished points count)."""
+def _read_record(record: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(record.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("grid"), dict):
+            raise ValueError("no grid")
+        axes_from_record(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SweepError(
+            f"{record}: not a readable sweep record ({exc}); restore it, or pick another --name"
+        ) from None
+    return data
+
+
+def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> SweepSpec:
+    """Create the folder or check that it holds this same sweep (so finished points count).
+
+    Returns the spec with each value spelled as the folder first recorded it (``1e-05`` run
+    earlier as ``1e-5`` is the same point, not a new run)."""
     record = sweep_dir / SWEEP_RECORD
     wanted = spec.to_json()
     if not record.exists():
         sweep_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(record, wanted)
-        return
-    previous = json.loads(record.read_text())
+        return spec
+    previous = _read_record(record)
     mismatched = [key for key in MATCHING_KEYS if previous.get(key) != wanted[key]]
     if mismatched:
         raise SweepError(
@@ -81,9 +104,14 @@ def prepare_sweep_dir(spec: SweepSpec, sweep_dir: Path) -> None:
         )
     # New values on an existing axis just add points; keep every value ever asked for.
     grid = previous["grid"]
+    respelled = []
     for axis in spec.grid:
-        grid[axis.name] = grid[axis.name] + [v for v in axis.values if v not in grid[axis.name]]
+        known = {value_key(v): v for v in grid[axis.name]}
+        values = tuple(known.get(value_key(v), v) for v in axis.values)
+        grid[axis.name] = grid[axis.name] + [v for v in values if v not in grid[axis.name]]
+        respelled.append(replace(axis, values=values))
     write_json_atomic(record, {**wanted, "grid": grid})
+    return replace(spec, grid=respelled)
 
 
 @dataclass
@@ -100,7 +128,7 @@ def load_sweep(sweep_dir: Path) -> tuple[dict[str, Any], list[SweepRow]]:
     record_path = sweep_dir / SWEEP_RECORD
     if not record_path.is_file():
         raise SweepError(f"{sweep_dir} is not a sweep folder (no sweep.json); run scripts/sweep.py")
-    record = json.loads(record_path.read_text())
+    record = _read_record(record_path)
     rows = []
     for point in grid_points(axes_from_record(record)):
         folder = run_dir(sweep_dir, point)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,20 @@ class SweepSpec:
         }
 
 
+def value_key(value: str) -> tuple[str, object]:
+    """What a grid value means, so ``1e-5``, ``1e-05`` and ``0.00001`` are one point: finite
+    numbers compare as numbers, booleans case-blind (Hydra reads ``True`` as ``true``)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number):
+        return ("number", number)
+    if value.lower() in ("true", "false"):
+        return ("bool", value.lower())
+    return ("text", value)
+
+
 def _parse_axis(spec: str) -> GridAxis:
     name, sep, raw = spec.partition("=")
     name = name.strip()
@@ -72,8 +87,13 @@ def _parse_axis(spec: str) -> GridAxis:
         raise SweepError(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. lr=1e-5,1e-4)")
     if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
         raise SweepError(f"--grid {spec!r}: {name!r} is not a config key")
-    if len(set(values)) != len(values):
-        raise SweepError(f"--grid {spec!r}: repeated values")
+    keys = [value_key(value) for value in values]
+    repeated = [value for value, key in zip(values, keys, strict=True) if keys.count(key) > 1]
+    if repeated:
+        raise SweepError(
+            f"--grid {spec!r}: repeated values ({', '.join(repeated)} are one value); list "
+            "each once"
+        )
     return GridAxis(name=name, key=ALIASES.get(name, name), values=values)
 
 

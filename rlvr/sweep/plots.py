@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.files import staged
 from rlvr.sweep.folder import SweepRow
 from rlvr.sweep.grid import SweepError
 from rlvr.sweep.history import REWARD_KEY
@@ -117,7 +118,7 @@ def _finish_final_axes(ax: Any, rows: Sequence[SweepRow], x_axis: _XAxis, title:
     finals = [
         r.summary.final_reward for r in rows if r.summary and r.summary.final_reward is not None
     ]
-    ax.set_ylim(-0.03, max(0.1, *finals) * 1.1)  # rewards are >= 0; keep the zero line visible
+    ax.set_ylim(-0.03, max([0.1, *finals]) * 1.1)  # rewards are >= 0; keep the zero line visible
     if x_axis.log:
         ax.set_xscale("log")
         ax.minorticks_off()
@@ -127,6 +128,16 @@ def _finish_final_axes(ax: Any, rows: Sequence[SweepRow], x_axis: _XAxis, title:
     ax.set_ylabel(f"final reward (mean {REWARD_KEY}, last steps)")
     ax.set_title(title or f"final reward vs {short}")
     ax.grid(True, alpha=0.3)
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Save a figure whole or not at all (a figure half-written by Ctrl-C is a broken PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with staged(path) as staging:
+        fig.savefig(staging, dpi=120, format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)
 
 
 def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: str = "") -> Path:
@@ -160,9 +171,7 @@ def plot_final_reward(rows: Sequence[SweepRow], x_axis: str, path: Path, title: 
         handles.append(Line2D([], [], color=colour, marker="o", label=label))
     _finish_final_axes(ax, rows, x, title)
     ax.legend(handles=handles + _marker_handles(marked), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -185,16 +194,14 @@ def plot_reward_curves(rows: Sequence[SweepRow], path: Path, title: str = "") ->
     from matplotlib.ticker import MaxNLocator
 
     rewards = [r for _, summary in curves for _, r in summary.rewards if math.isfinite(r)]
-    ax.set_ylim(-0.03, max(0.1, *rewards) * 1.1)
+    ax.set_ylim(-0.03, max([0.1, *rewards]) * 1.1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("training step")
     ax.set_ylabel(REWARD_KEY)
     ax.set_title(title or "reward curves")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if len(curves) > 8 else 1)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -202,9 +209,13 @@ def write_report(
     sweep_dir: Path, record: dict, rows: Sequence[SweepRow], x_axis: str | None = None
 ) -> list[Path]:
     """Tables and both figures under the sweep folder; returns the paths written."""
-    written = write_tables(sweep_dir, record, rows)
     axes = list(rows[0].values) if rows else []
+    if not axes:
+        raise SweepError(f"{sweep_dir}: the sweep record has no grid points; nothing to report")
     x_axis = x_axis or default_x_axis(axes)
+    if x_axis not in axes:  # before anything is written: a bad --x leaves the folder as it was
+        raise SweepError(f"--x {x_axis!r} is not a grid axis ({', '.join(axes)})")
+    written = write_tables(sweep_dir, record, rows)
     short = x_axis.split(".")[-1]
     name = record["name"]
     written.append(

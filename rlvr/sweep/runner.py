@@ -51,14 +51,23 @@ class LaunchOptions:
 def checked_points(spec: SweepSpec) -> list[GridPoint]:
     """The grid's points, each composed and put through verl's own config checks first, so a
     typo or an indivisible batch fails before the first run rather than after N of them."""
-    from rlvr.train.config import compose, validate
+    from rlvr.train.config import ConfigError, check_experiment, compose_checked
+    from rlvr.train.preflight import numeric_problems, verl_problems
 
+    try:
+        check_experiment(spec.experiment)
+    except ConfigError as exc:
+        raise SweepError(f"--experiment: {exc}") from None
     points = grid_points(spec.grid)
     for point in points:
         try:
-            validate(compose(spec.experiment, [*spec.overrides, *point.overrides]))
-        except Exception as exc:
-            raise SweepError(f"point {point.name} is not a valid config: {exc}") from exc
+            config = compose_checked(spec.experiment, [*spec.overrides, *point.overrides])
+        except ConfigError as exc:
+            raise SweepError(f"point {point.name} is not a valid config: {exc}") from None
+        # pre-flight's numeric checks (rollout.n=0 fails only inside Ray), then verl's own
+        problems = numeric_problems(config) or verl_problems(config)
+        if problems:
+            raise SweepError(f"point {point.name} is not a valid config: {problems[0]}")
     return points
 
 
@@ -239,7 +248,7 @@ def run_sweep(
 ) -> list[RunStatus]:
     """Run every point not finished yet, one after another; a failed point does not stop it."""
     options = LaunchOptions(launcher, ray_address, timeout_s, env or {})
-    prepare_sweep_dir(spec, sweep_dir)
+    spec = prepare_sweep_dir(spec, sweep_dir)
     points = grid_points(spec.grid)
     statuses = []
     for number, point in enumerate(points, start=1):

@@ -1,13 +1,24 @@
-"""Compose the project's Hydra experiments outside a launcher, and run verl's own checks on them."""
+"""Compose the project's Hydra experiments outside a launcher, and run verl's own checks on them.
+
+``compose_checked`` turns Hydra's 50-line tracebacks for an unknown experiment, a misspelled key
+or group option, or a malformed override into one line that names it and the closest valid name.
+"""
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlvr.common.paths import CONFIG_DIR
 
 VERL_CONFIGS = "pkg://verl.trainer.config"
+
+
+class ConfigError(Exception):
+    """An experiment or override that does not compose; the message is one line."""
 
 
 def experiments() -> list[str]:
@@ -56,3 +67,76 @@ def validate(config: Any) -> None:
     validate_config(config, use_reference_policy=use_reference_policy, use_critic=False)
     # (HFModelConfig is not checked here: building it loads the model's config and tokenizer.)
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+
+
+def _close(word: str, candidates: list[str]) -> str:
+    """`` (did you mean X?)`` for the closest candidate, or nothing."""
+    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def check_experiment(experiment: str) -> None:
+    names = experiments()
+    if experiment not in names:
+        raise ConfigError(
+            f"unknown experiment {experiment!r}{_close(experiment, names)}; the experiments "
+            f"(configs/*.yaml) are: {', '.join(names)}"
+        )
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            yield path
+            yield from _dotted_keys(value, path + ".")
+
+
+def _translate(exc: Exception, experiment: str, root: str | Path | None) -> ConfigError:
+    """One line for a Hydra composition error: the key or option, and the closest valid one."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf import OmegaConf
+
+    message = str(exc).strip()
+    if isinstance(exc, MissingConfigException) and exc.options is not None:
+        found = re.search(r"Could not find '([^/']+)/([^']+)'", message)
+        group, option = found.groups() if found else ("group", "?")
+        options = sorted(exc.options)
+        return ConfigError(
+            f"{group}={option}: no such option{_close(option, options)}; the options are: "
+            f"{', '.join(options)}"
+        )
+    if isinstance(exc, OverrideParseException):
+        return ConfigError(
+            f"override {exc.override!r} is not valid Hydra syntax ({message.splitlines()[0]}); "
+            "write KEY=VALUE, quoting values with commas or spaces"
+        )
+    missing = re.search(r"Could not override '([^']+)'", message)
+    if missing:
+        key = missing.group(1)
+        base = OmegaConf.to_container(compose(experiment, [], root), resolve=False)
+        keys = list(_dotted_keys(base))
+        groups = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
+        return ConfigError(
+            f"override {key}: {experiment} has no such key{_close(key, keys + groups)}; "
+            f"fix the name, or write +{key}=VALUE to add a new key on purpose"
+        )
+    appended = re.search(r"Could not append to config. An item is already at '([^']+)'", message)
+    if appended:
+        key = appended.group(1)
+        return ConfigError(f"override +{key}: {key} already exists; write {key}=VALUE without +")
+    return ConfigError(f"{experiment}: {message.splitlines()[0] if message else type(exc)}")
+
+
+def compose_checked(
+    experiment: str, overrides: list[str] | None = None, root: str | Path | None = None
+) -> Any:
+    """``compose``, with ConfigError (one line) for an unknown experiment or a bad override."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    check_experiment(experiment)
+    try:
+        return compose(experiment, overrides, root)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise _translate(exc, experiment, root) from None

@@ -21,7 +21,6 @@ needs no torch.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.cli import OneLineParser
 from rlvr.common.files import read_safetensors_header, swap_in
 from rlvr.models.hub import HUB_ID
 
@@ -271,7 +271,7 @@ def _experiment_root(experiment: str, overrides: list[str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m rlvr.train.lora_merge",
         description="Merge verl LoRA checkpoints' lora_adapter/ into actor/huggingface/ (full "
         "model in the base's dtype). Checkpoints that already hold weights are left alone.",

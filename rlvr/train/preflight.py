@@ -1,20 +1,54 @@
 """Checks a launcher runs before Ray starts, so a typo fails in seconds, not after cluster start-up.
 
-Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 1 with the problems)
+Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 2 with the problems)
+
+Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key, data files
+that are missing, not Parquet or of another task, a model path that will not load, numeric
+settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
+GPUs, a running Ray cluster verl would join silently, and checkpoints that cannot fit the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
+import io
+import os
+import socket
 import sys
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlvr import tasks
 from rlvr.data.prep import DATA_COLUMNS
-from rlvr.models.hub import HUB_ID
+from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
 from rlvr.train.checkpoint_budget import estimate, human
+
+PARQUET_MAGIC = b"PAR1"  # a Parquet file starts and ends with it
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _parquet_problem(path: Path) -> str | None:
+    """Why ``path`` is not a Parquet file, from its magic bytes (cheap, before pyarrow)."""
+    if path.is_dir():
+        return "is a folder; point it at a .parquet file"
+    if not path.is_file():
+        return "does not exist"
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        handle.seek(max(0, path.stat().st_size - 4))
+        tail = handle.read(4)
+    if head != PARQUET_MAGIC or tail != PARQUET_MAGIC:
+        return "is not a Parquet file (no PAR1 magic bytes)"
+    return None
 
 
 def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
@@ -27,14 +61,17 @@ def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
     for key in ("train_files", "val_files"):
         files = config.data[key]
         for path in [files] if isinstance(files, str) else list(files):
-            if not Path(path).is_file():
-                problems.append(f"data.{key}: {path} does not exist{hint}")
+            problem = _parquet_problem(Path(path))
+            if problem is not None:
+                problems.append(f"data.{key}: {path} {problem}{hint}")
                 continue
             try:
                 table = pq.read_table(path, columns=["data_source"])
                 schema = pq.read_schema(path)
             except Exception as exc:
-                problems.append(f"data.{key}: {path} is not readable Parquet ({exc}){hint}")
+                problems.append(
+                    f"data.{key}: {path} is not readable Parquet ({_first_line(exc)}){hint}"
+                )
                 continue
             missing = [c for c in DATA_COLUMNS if c not in schema.names]
             if missing:
@@ -50,46 +87,207 @@ def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
     return problems
 
 
-def check(config: Any, visible_gpus: int | None = None) -> list[str]:
-    """Problems with a composed config, as messages; empty when it is ready to launch."""
-    task = tasks.for_config(config)
-    problems = _data_problems(config, task)
+def _positive(config: Any, key: str, allow_none: bool = False) -> str | None:
+    """A problem when the dotted ``key`` is not a positive number."""
+    from omegaconf import OmegaConf
 
-    model_path = str(config.actor_rollout_ref.model.path)
-    if not Path(model_path).expanduser().exists() and not HUB_ID.match(model_path):
+    value = OmegaConf.select(config, key)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return f"{key}={value}: must be a number > 0"
+    return None
+
+
+def numeric_problems(config: Any) -> list[str]:
+    """Settings verl 0.6.1 rejects only inside its Ray workers (rollout.n=0 fails the
+    mini-batch normalisation of ``fsdp_workers``), or that train nothing (lr 0)."""
+    actor = "actor_rollout_ref.actor"
+    keys = [
+        "data.train_batch_size",
+        "data.max_prompt_length",
+        "data.max_response_length",
+        f"{actor}.ppo_mini_batch_size",
+        f"{actor}.optim.lr",
+        "trainer.n_gpus_per_node",
+        "trainer.nnodes",
+    ]
+    optional = [
+        f"{actor}.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    ]
+    problems = [p for k in keys if (p := _positive(config, k)) is not None]
+    problems += [p for k in optional if (p := _positive(config, k, allow_none=True)) is not None]
+    n = config.actor_rollout_ref.rollout.n
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        problems.append(f"actor_rollout_ref.rollout.n={n}: must be a whole number >= 1")
+    elif n < 2 and config.algorithm.adv_estimator == "grpo":
         problems.append(
-            f"actor_rollout_ref.model.path: {model_path} is neither a local folder nor a hub id "
-            "(org/name)"
+            "actor_rollout_ref.rollout.n=1: GRPO compares a group of responses per prompt; "
+            "with one its advantage is the raw score; set rollout.n >= 2"
         )
+    if problems:
+        return problems
+    return _batch_split_problems(config)
 
-    wanted = int(config.trainer.n_gpus_per_node)
-    if config.actor_rollout_ref.rollout.name != "hf":  # the CPU path advertises one Ray GPU
-        if visible_gpus is None:
-            import torch
 
-            visible_gpus = torch.cuda.device_count()
-        if visible_gpus < wanted:
-            problems.append(
-                f"trainer.n_gpus_per_node={wanted} but this node sees {visible_gpus} GPU(s); pick "
-                "a hardware overlay that fits (hardware=cpu without GPUs)"
-            )
+def _batch_split_problems(config: Any) -> list[str]:
+    """verl's worker-side split: ``ppo_mini_batch_size * n`` over the data-parallel ranks must
+    be > 0 and a multiple of ``ppo_micro_batch_size_per_gpu``."""
+    actor = config.actor_rollout_ref.actor
+    n = int(config.actor_rollout_ref.rollout.n)
+    world = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    ranks = max(1, world // int(actor.get("ulysses_sequence_parallel_size", 1) or 1))
+    per_rank = int(actor.ppo_mini_batch_size) * n // ranks
+    if per_rank <= 0:
+        return [
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}: times "
+            f"rollout.n={n} it must be at least the {ranks} data-parallel ranks; raise it"
+        ]
+    micro = actor.get("ppo_micro_batch_size_per_gpu")
+    if micro is not None and per_rank % int(micro) != 0:
+        return [
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}: must divide the "
+            f"per-rank mini batch ppo_mini_batch_size x rollout.n / ranks = {per_rank}"
+        ]
+    return []
 
+
+def verl_problems(config: Any) -> list[str]:
+    """verl's own config checks (``rlvr.train.config.validate``), run now rather than in the
+    driver after Ray starts; its message, one line."""
+    from rlvr.train.config import validate
+
+    try:
+        # verl prints a success banner and warns about its profiler: noise around one line
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate(copy.deepcopy(config))
+    except Exception as exc:
+        return [f"verl refuses this config: {_first_line(exc)}"]
+    return []
+
+
+def _reward_problems(config: Any, task: TaskSpec | None) -> list[str]:
+    """Reward kwargs checked by name and value, then one call as verl will make it."""
     reward = config.custom_reward_function
+    kwargs: dict[str, Any] = dict(reward.get("reward_kwargs") or {})
+    if task is not None:
+        try:
+            task.check_reward_kwargs(kwargs)
+        except tasks.TaskError as exc:
+            return [f"custom_reward_function.reward_kwargs: {exc}"]
     try:
         spec = importlib.util.spec_from_file_location("_preflight_reward", reward.path)
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load {reward.path}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        result = getattr(module, reward.name)(
-            "preflight", "", None, None, **dict(reward.get("reward_kwargs", {}))
-        )
+        result = getattr(module, reward.name)("preflight", "", None, None, **kwargs)
         if not isinstance(result, dict) or "score" not in result:
             raise TypeError(f"{reward.name} returned {result!r}, not a dict with 'score'")
     except Exception as exc:
-        problems.append(f"custom_reward_function: {reward.path}: {type(exc).__name__}: {exc}")
-    problems.extend(_checkpoint_problems(config))
+        return [f"custom_reward_function: {reward.path}: {type(exc).__name__}: {_first_line(exc)}"]
+    return []
+
+
+def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
+    wanted = int(config.trainer.n_gpus_per_node)
+    if config.actor_rollout_ref.rollout.name == "hf":  # the CPU path advertises one Ray GPU
+        return []
+    if visible_gpus is None:
+        import torch
+
+        visible_gpus = torch.cuda.device_count()
+    if visible_gpus < wanted:
+        return [
+            f"trainer.n_gpus_per_node={wanted} but this node sees {visible_gpus} GPU(s); pick "
+            "a hardware overlay that fits (hardware=cpu without GPUs)"
+        ]
+    return []
+
+
+def check(config: Any, visible_gpus: int | None = None) -> list[str]:
+    """Problems with a composed config, as messages; empty when it is ready to launch."""
+    task = tasks.for_config(config)
+    problems = _data_problems(config, task)
+    model_path = str(config.actor_rollout_ref.model.path)
+    model_problem = model_path_problem(model_path)
+    if model_problem is not None:
+        problems.append(f"actor_rollout_ref.model.path: {model_path} {model_problem}")
+    numeric = numeric_problems(config)
+    problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
+    problems += _gpu_problems(config, visible_gpus)
+    problems += _reward_problems(config, task)
+    plan, ray_problem = ray_plan(config)
+    print(f"pre-flight: ray: {plan}")
+    if ray_problem is not None:
+        problems.append(ray_problem)
+    if not problems:  # the budget reads the data and the model: only once they are sound
+        problems.extend(_checkpoint_problems(config))
     return problems
+
+
+def _ray_temp_dir(environ: Mapping[str, str]) -> Path:
+    """Ray's default temp dir, as ``ray._common.utils.get_ray_temp_dir`` picks it (without
+    importing Ray: seconds on a slow machine)."""
+    base = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray"
+
+
+def _answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a live Ray GCS)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def ray_plan(config: Any, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """What ``ray.init`` in verl's driver will do, and a problem when that is unsafe or doomed.
+
+    Without an address Ray joins the cluster the last ``ray start`` recorded in
+    ``<temp dir>/ray_current_cluster``: someone else's cluster, silently. That is refused;
+    joining is done on purpose with ``RAY_ADDRESS``.
+    """
+    environ = os.environ if environ is None else environ
+    ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
+    address = environ.get("RAY_ADDRESS") or ray_init.get("address") or ""
+    temp_dir = Path(str(ray_init.get("_temp_dir") or _ray_temp_dir(environ)))
+    record = temp_dir / "ray_current_cluster"
+    recorded = record.read_text().strip() if record.is_file() else ""
+    if not address:
+        if not recorded:
+            return "starting a local Ray for this run (it stops with the run)", None
+        state = "is running" if _answers(recorded) else "was left recorded (nothing answers)"
+        return "refusing to join a cluster silently", (
+            f"ray: a Ray cluster {state} at {recorded} ({record}), and verl would join it; "
+            "to join it set RAY_ADDRESS=auto, or stop it (bash scripts/ray_cluster.sh stop), "
+            "or give this run its own Ray: +ray_kwargs.ray_init._temp_dir=/tmp/ray-NAME"
+        )
+    if address == "local":
+        return "starting a separate local Ray (RAY_ADDRESS=local)", None
+    if address.startswith(("ray://", "http://", "https://")):
+        return f"joining the Ray cluster at {address} (RAY_ADDRESS)", None
+    target = recorded if address == "auto" else address
+    if not target or not _answers(target):
+        return "cannot join", (
+            f"RAY_ADDRESS={address}: no Ray cluster answers"
+            + (f" at {target}" if target else f" (none recorded in {record})")
+            + "; start one with `bash scripts/ray_cluster.sh head`, or unset RAY_ADDRESS"
+        )
+    fixed = [k for k in ("num_cpus", "num_gpus") if ray_init.get(k) is not None]
+    if fixed:  # ray.init refuses resource counts when it connects to a cluster
+        return "cannot join", (
+            f"RAY_ADDRESS={address}: ray_kwargs.ray_init sets {', '.join(fixed)} (a local-Ray "
+            "setting, e.g. hardware=cpu), which Ray refuses when joining; unset RAY_ADDRESS"
+        )
+    return f"joining the Ray cluster at {target} (RAY_ADDRESS={address})", None
 
 
 def _checkpoint_problems(config: Any) -> list[str]:
@@ -113,13 +311,17 @@ def _checkpoint_problems(config: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.train.config import compose
+    from rlvr.train.config import ConfigError, compose_checked
 
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if args else 2
-    config = compose(args[0], args[1:])
+    try:
+        config = compose_checked(args[0], args[1:])
+    except ConfigError as exc:
+        print(f"pre-flight: error: {exc}", file=sys.stderr)
+        return 2
     problems = check(config)
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
@@ -130,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s), "
             f"model {config.actor_rollout_ref.model.path})"
         )
-    return 1 if problems else 0
+    return 2 if problems else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import tasks
+from rlvr.common.cli import OneLineParser
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import RAY_CLI, Finished, reap, run_bounded, stop
 from rlvr.tasks import TaskSpec
@@ -312,7 +312,7 @@ def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
     parser.add_argument(
         "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
     )
