@@ -13,9 +13,13 @@ STEPS=""
 OUT="$ROOT/artifacts/quickstart"
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --model) MODEL="${2:?}"; shift 2 ;;
-        --steps) STEPS="${2:?}"; shift 2 ;;
-        --out) OUT="${2:?}"; shift 2 ;;
+        --model|--steps|--out)
+            [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "quickstart.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
+    esac
+    case "$1" in
+        --model) MODEL="$2"; shift 2 ;;
+        --steps) STEPS="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
         -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac

@@ -416,8 +416,15 @@ def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir:
         (["passk", "--n", "4", "--k", "8"], "between 1 and --n 4"),
         (["analyse", "--rollout_n", "1"], "at least 2"),
         (["analyse", "--n", "1"], "at least 2"),
-        (["--experiment", "no_such_experiment"], "not one of"),
-        (["stats", "--input", "/nonexistent"], "no summary.json"),
+        (["--experiment", "no_such_experiment"], "no such experiment; choose one of"),
+        (["--experiment", "gsm8k_qwen2_5_3b"], "trains gsm8k, not countdown"),
+        (["--reward_kwargs", '{"formt_score": 0.1}'], "'formt_score'"),
+        (["--reward_kwargs", '{"format_score": 7}'], "format_score"),
+        (["--max_tokens", "4096"], "the model's context is 2048 tokens"),
+        (["analyse", "--temperature", "0"], "--temperature 0 with --n 16"),
+        (["passk", "--n", "4", "--temperature", "0"], "greedy samples are all the same"),
+        (["--model_path", "tests/no_such_model"], "taken as a local path"),
+        (["stats", "--input", "/nonexistent"], "--input /nonexistent: no such folder"),
         (["compare", "/nonexistent", "/nonexistent"], "no summary.json"),
     ],
 )
@@ -438,8 +445,194 @@ def test_cli_bad_input_exits_2(
         base = []
     code = eval_cli.main("countdown", "test", base + args)
     assert code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
     assert list(tmp_path.iterdir()) == []  # nothing written, no staging left
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--limit", "-3"], "--limit"),
+        (["--limit", "0"], "--limit"),
+        (["--limit", "1e99"], "--limit"),
+        (["--max_tokens", "0"], "--max_tokens"),
+        (["--max_tokens", "99999999999"], "--max_tokens"),
+        (["--batch_size", "-1"], "--batch_size"),
+        (["--seed", "-1"], "--seed"),
+        (["passk", "--n", "0"], "--n"),
+        (["passk", "--n", "100000"], "--n"),
+        (["passk", "--k", "1,x"], "--k"),
+        (["passk", "--k", "0"], "--k"),
+        (["analyse", "--temperature", "-1"], "--temperature"),
+        (["analyse", "--temperature", "nan"], "--temperature"),
+        (["analyse", "--temperature", "1e9"], "--temperature"),
+        (["analyse", "--top_p", "0"], "--top_p"),
+        (["analyse", "--top_p", "1.5"], "--top_p"),
+        (["stats", "--input", "x", "--var_min", "-0.1"], "--var_min"),
+        (["stats", "--input", "x", "--entropy_min", "inf"], "--entropy_min"),
+        (["stats", "--input", "x", "--top", "0"], "--top"),
+        (["--reward_kwargs", "{format_score: 1}"], "--reward_kwargs"),
+        (["--reward_kwargs", "[1]"], "--reward_kwargs"),
+        (["--template_kwargs", "nope"], "--template_kwargs"),
+        (["--backend", "tpu"], "--backend"),
+        (["--bogus_flag", "1"], "--bogus_flag"),
+        (["reward", "--n", "3"], "--n"),
+        (["nonsense"], "nonsense"),
+        (["--quiet", "nonsense"], "nonsense"),
+    ],
+)
+def test_cli_usage_errors_are_one_line(args: list[str], flag: str, capsys) -> None:
+    """argparse's own refusals: one line naming the flag, exit 2, nothing loaded."""
+    with pytest.raises(SystemExit) as done:
+        eval_cli.main(
+            "countdown", "test", args if "nonsense" in args else ["--model_path", "/m", *args]
+        )
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and flag in err, err
+    assert err.startswith("error: ") and "--help" in err
+
+
+def test_cli_in_range_values_are_accepted() -> None:
+    """Negative control: the edges of each range parse."""
+    parsed = _parse(["analyse", "--n", "1024", "--temperature", "0", "--top_p", "1", "--seed", "0"])
+    assert (parsed["n"], parsed["temperature"], parsed["top_p"]) == (1024, 0.0, 1.0)
+    assert _parse(["--limit", "1", "--max_tokens", "1", "--batch_size", "4096"])["limit"] == 1
+
+
+@pytest.fixture(scope="module")
+def gsm8k_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rlvr.tasks.gsm8k import offline_data
+
+    out = tmp_path_factory.mktemp("data") / "gsm8k"
+    offline_data(out, 6, 2)
+    return out / "test.parquet"
+
+
+def test_cli_refuses_another_tasks_data(
+    tmp_path: Path, tiny_model_dir: Path, gsm8k_data: Path, countdown_data: Path, capsys
+) -> None:
+    """eval_countdown on GSM8K rows would grade every response 0, silently: refused."""
+    argv = ["--model_path", str(tiny_model_dir), "--output", str(tmp_path / "o"), "--quiet"]
+    assert eval_cli.main("countdown", "t", [*argv, "--data", str(gsm8k_data)]) == 2
+    err = capsys.readouterr().err
+    assert "data_source ['openai/gsm8k']" in err and "countdown" in err and "data prep" not in err
+    assert "data_prep_countdown.py" in err and not (tmp_path / "o").exists()
+    assert eval_cli.main("gsm8k", "t", [*argv, "--data", str(countdown_data)]) == 2
+    assert "gsm8k reward grades" in capsys.readouterr().err
+    # negative control: the task's own data passes the check
+    rows = evaluation.load_rows(gsm8k_data, task=tasks.get("gsm8k"))
+    assert rows and rows[0]["data_source"] == "openai/gsm8k"
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"question,answer\n1,2\n", "not a Parquet file"),
+        (b"PAR1 but truncated", "not a readable Parquet file"),
+        (None, "is a folder"),
+    ],
+)
+def test_cli_refuses_data_that_is_not_parquet(
+    content: bytes | None, message: str, tmp_path: Path, tiny_model_dir: Path, capsys
+) -> None:
+    data = tmp_path / "data.parquet"
+    if content is None:
+        data.mkdir()
+    else:
+        data.write_bytes(content)
+    argv = [
+        "--model_path",
+        str(tiny_model_dir),
+        "--data",
+        str(data),
+        "--output",
+        str(tmp_path / "o"),
+    ]
+    assert eval_cli.main("countdown", "t", argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and f"--data {data}" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_reward_kwargs_typo_is_refused_and_never_recorded(
+    tmp_path: Path, countdown_data: Path, tiny_tokenizer, capsys
+) -> None:
+    """A misspelled kwarg would be swallowed by the reward's **kwargs and written into the
+    summary as if it had been used; the library refuses it before decoding, the CLI before
+    the model loads (test_cli_bad_input_exits_2)."""
+    run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
+    typo = replace(run, reward_kwargs={"formt_score": 0.1})
+    with pytest.raises(EvalError, match=r"formt_score.*format_score"):
+        evaluation.run_reward(typo, evaluation.load_rows(countdown_data), SAMPLED)
+    assert typo.backend.calls == 0 and not (tmp_path / "run").exists()
+    # negative control: the right name runs and is recorded
+    run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
+    summary = evaluation.run_reward(run, evaluation.load_rows(countdown_data), SAMPLED)
+    assert summary.header.reward_kwargs == {"format_score": 0.1}
+
+
+def test_model_folders_that_cannot_load_are_refused(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rlvr.evaluation.generation import check_context, resolve_model
+
+    assert resolve_model(str(tiny_model_dir)).kind == "folder"  # negative control
+    no_weights = tmp_path / "no_weights"
+    shutil.copytree(tiny_model_dir, no_weights)
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(EvalError, match="no weight files"):
+        resolve_model(str(no_weights))
+    no_tokenizer = tmp_path / "no_tokenizer"
+    shutil.copytree(tiny_model_dir, no_tokenizer)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tokenizer / name).unlink()
+    with pytest.raises(EvalError, match="no tokenizer"):
+        resolve_model(str(no_tokenizer))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    with pytest.raises(EvalError, match="taken as a local path"):
+        resolve_model("models/tinny")  # a typo, not a hub id: models/ is here
+    assert resolve_model("Qwen/Qwen2.5-3B").kind == "hub"  # no local Qwen/ folder: a hub id
+    source = resolve_model(str(tiny_model_dir))
+    check_context(source, 2047)
+    with pytest.raises(EvalError, match="context is 2048"):
+        check_context(source, 2048)
+
+
+def test_experiment_without_template_kwargs() -> None:
+    """gsm8k_qwen2_5_3b sets no apply_chat_template_kwargs: {} rather than a crash."""
+    reward_kwargs, template_kwargs = evaluation.experiment_settings(
+        "gsm8k_qwen2_5_3b", tasks.get("gsm8k")
+    )
+    assert template_kwargs == {} and reward_kwargs == {"method": "strict", "format_score": 0.0}
+
+
+def test_compare_refuses_incomplete_or_mixed_runs(
+    tmp_path: Path, countdown_data: Path, tiny_tokenizer, capsys
+) -> None:
+    rows = evaluation.load_rows(countdown_data)
+    run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
+    evaluation.run_analyse(run, rows, SAMPLED)
+    complete = str(tmp_path / "run")
+    assert eval_cli.main("countdown", "t", ["compare", complete, complete]) == 0  # control
+    capsys.readouterr()
+    partial = tmp_path / ".run.partial-1"  # what an interrupted run leaves
+    partial.mkdir()
+    (partial / "samples.jsonl").write_text((tmp_path / "run/samples.jsonl").read_text())
+    assert eval_cli.main("countdown", "t", ["compare", complete, str(partial)]) == 2
+    assert "TRAINED" in capsys.readouterr().err
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "summary.json").write_text((tmp_path / "run/summary.json").read_text())
+    assert eval_cli.main("countdown", "t", ["compare", str(half), complete]) == 2
+    assert "not a complete eval run folder (no samples.jsonl)" in capsys.readouterr().err
+    other = json.loads((tmp_path / "run/summary.json").read_text()) | {"task": "gsm8k"}
+    (tmp_path / "gsm8k.json").write_text(json.dumps(other))
+    assert eval_cli.main("countdown", "t", ["compare", complete, str(tmp_path / "gsm8k.json")]) == 2
+    assert "do not compare" in capsys.readouterr().err
 
 
 def test_cli_bad_data_columns(tmp_path: Path, tiny_model_dir: Path, capsys) -> None:
@@ -471,3 +664,62 @@ def test_default_output_dir_names_the_checkpoint() -> None:
     assert outputs.default_output_dir("gsm8k", "analyse", "Qwen/Qwen2.5-3B").name == (
         "gsm8k_analyse_Qwen-Qwen2.5-3B"
     )
+
+
+def _run_folder_state(output: Path) -> str:
+    """``complete:<seed>`` for a whole run folder, else what is wrong with it."""
+    try:
+        summary = records.load_summary(output)
+    except EvalError as exc:
+        return f"no summary: {exc}"
+    expected = summary.header.prompts * int(summary.header.sampling["n"] or 0)
+    samples = (output / "samples.jsonl").read_text().splitlines()
+    prompts = (output / "prompts.jsonl").read_text().splitlines()
+    if len(samples) != expected or len(prompts) != summary.header.prompts:
+        return f"partial: {len(samples)} samples, {len(prompts)} prompts"
+    return f"complete:{summary.header.sampling['seed']}"
+
+
+@pytest.mark.slow  # five eval processes (~50 s on two cores)
+def test_an_interrupted_run_leaves_the_old_run_or_the_new_one(
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path
+) -> None:
+    """Ctrl-C or a kill at any moment: --output holds the old complete run or the new complete
+    one, never a mix or a part (the run is staged, and the swap holds signals back)."""
+    import signal
+    import time
+
+    output = tmp_path / "run"
+    argv = [sys.executable, "scripts/eval_countdown.py", "--model_path", str(tiny_model_dir)]
+    argv += ["--data", str(countdown_data), "--backend", "hf", "--quiet", "--output", str(output)]
+    argv += ["--max_tokens", "48", "analyse", "--n", "4"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    first = subprocess.run(
+        [*argv, "--seed", "1"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    old = _snapshot(output)
+    outcomes = set()
+    # 0: while Python starts; then at points during the run (after its staging folder appears)
+    for signum, delay in (("SIGTERM", 0.0), ("SIGINT", 0.2), ("SIGTERM", 0.5), ("SIGINT", 1.5)):
+        proc = subprocess.Popen(
+            [*argv, "--seed", "2", "--force"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 120
+        while delay and proc.poll() is None and time.monotonic() < deadline:
+            if list(tmp_path.glob(".run.partial-*")):
+                break
+            time.sleep(0.02)
+        time.sleep(delay)
+        proc.send_signal(getattr(signal, signum))
+        _, err = proc.communicate(timeout=120)
+        state = _run_folder_state(output)
+        assert state in ("complete:1", "complete:2"), (signum, delay, state, err)
+        if state == "complete:1":
+            assert _snapshot(output) == old, delay
+            assert proc.returncode != 0 and "Traceback" not in err, err
+        outcomes.add(state)
+        assert not list(tmp_path.glob(".run.replaced-*"))  # no old run left aside
+        for staging in tmp_path.glob(".run.partial-*"):  # kept for a look, never the output
+            assert not (staging / "summary.json").exists()
+    assert "complete:1" in outcomes  # at least one interrupt landed before the swap

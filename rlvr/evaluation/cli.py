@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.common.cli import OneLineParser
+from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
 
@@ -25,30 +28,67 @@ HELP = ("-h", "--help")
 Subcommands = argparse._SubParsersAction  # what add_subparsers returns
 
 
+# Upper bounds far beyond any real run: a typo'd value fails here, not after the model loads.
+MAX_PROMPTS = 10_000_000
+MAX_SAMPLES = 1024  # --n: GRPO groups are 4-64
+MAX_TOKENS = 1_048_576  # above every model's context; the model's own limit is checked later
+MAX_BATCH = 4096
+MAX_TEMPERATURE = 10.0
+
+
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"format_score\": 0.1}'")
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
+
+
+def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (or (low, high] with ``low_open``)."""
+    interval = f"{'(' if low_open else '['}{low}, {high}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not low <= value <= high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text} is not in {interval}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
+    return parse
+
+
+_positive_int = int_in(1, MAX_PROMPTS)
 
 
 def _k_list(text: str) -> list[int]:
     try:
         ks = sorted({int(k) for k in text.split(",") if k.strip()})
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from exc
-    if not ks or ks[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: k values must be positive")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
+    if not ks or ks[0] < 1 or ks[-1] > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"{text!r}: k values must be between 1 and --n")
     return ks
 
 
@@ -85,17 +125,17 @@ COMMON_OPTIONS = (
     Option("--base_model", "base model for a LoRA adapter (default: the adapter's own record)"),
     Option("--data", "data-prep Parquet (default artifacts/data/{task}/test.parquet)"),
     Option("--limit", "evaluate the first N prompts only", type=_positive_int),
-    Option("--seed", "sampling seed (%(default)s)", default=0, type=int),
+    Option("--seed", "sampling seed (%(default)s)", default=0, type=int_in(0, 2**32 - 1)),
     Option(
         "--max_tokens",
         "max new tokens per response (default: the task's max_response_length)",
-        type=_positive_int,
+        type=int_in(1, MAX_TOKENS),
     ),
     Option(
         "--batch_size",
         "sequences the HF backend decodes together (%(default)s; vLLM batches itself)",
         default=16,
-        type=_positive_int,
+        type=int_in(1, MAX_BATCH),
     ),
     Option(
         "--backend",
@@ -142,8 +182,8 @@ def _takes_value(token: str) -> bool:
 
 def command_first(argv: Sequence[str]) -> list[str]:
     """``argv`` with the command first: the options before it move after it, and with no
-    command at all, ``reward`` is the command. Help, or a word that is not a command, is left
-    for argparse to answer."""
+    command at all, ``reward`` is the command. Help, or a first word that is not a command, is
+    left for argparse to answer."""
     i = 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] not in HELP:
         i += 2 if _takes_value(argv[i]) else 1
@@ -152,6 +192,8 @@ def command_first(argv: Sequence[str]) -> list[str]:
         return [DEFAULT_COMMAND, *before]
     if rest[0] in COMMANDS:
         return [rest[0], *before, *rest[1:]]
+    if before and rest[0] not in HELP:  # options, then a stray word: name the word, not a value
+        return [DEFAULT_COMMAND, *argv]
     return list(argv)
 
 
@@ -159,24 +201,29 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
     add = parser.add_argument
     add(
         "--temperature",
-        type=float,
+        type=float_in(0.0, MAX_TEMPERATURE),
         default=1.0,
-        help="sampling temperature; use training's rollout temperature (%(default)s)",
+        help="sampling temperature, above 0; use training's rollout temperature (%(default)s)",
     )
-    add("--top_p", type=float, default=1.0, help="nucleus sampling (%(default)s)")
+    add(
+        "--top_p",
+        type=float_in(0.0, 1.0, low_open=True),
+        default=1.0,
+        help="nucleus sampling, in (0, 1] (%(default)s)",
+    )
     alias = f"; {', '.join(n_aliases)} is an alias" if n_aliases else ""
     add(
         "--n",
         *n_aliases,
         dest="n",
-        type=_positive_int,
+        type=int_in(1, MAX_SAMPLES),
         default=16,
         help=f"samples per prompt, like GRPO's rollout.n (%(default)s){alias}",
     )
 
 
 def _add_model_commands(commands: Subcommands, task: str) -> None:
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     for option in COMMON_OPTIONS:
         option.add_to(common, task)
     commands.add_parser(
@@ -204,13 +251,13 @@ def _add_run_commands(commands: Subcommands) -> None:
         sub.add_argument("--input", required=True, help="an analyse run folder")
         sub.add_argument(
             "--var_min",
-            type=float,
+            type=float_in(0.0, 1.0),
             default=metrics.VARIANCE_MIN,
             help="keep prompts with reward variance above this (%(default)s)",
         )
         sub.add_argument(
             "--entropy_min",
-            type=float,
+            type=float_in(0.0, 1.0),
             default=metrics.ENTROPY_RANGE[0],
             help="and outcome entropy (bits) at least this (%(default)s)",
         )
@@ -233,7 +280,7 @@ def _add_run_commands(commands: Subcommands) -> None:
 
 
 def build_parser(task: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"commands (default {DEFAULT_COMMAND}): {', '.join(COMMANDS)}; see COMMAND --help.\n"
@@ -249,10 +296,14 @@ def main(task_name: str, description: str, argv: Sequence[str] | None = None) ->
     parser = build_parser(task_name, description)
     args = parser.parse_args(command_first(sys.argv[1:] if argv is None else argv))
     try:
-        return _dispatch(task_name, args)
+        with sigterm_as_interrupt():
+            return _dispatch(task_name, args)
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: an unfinished run never replaces its --output", file=sys.stderr)
+        return 130
 
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:

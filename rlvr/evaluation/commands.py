@@ -1,7 +1,9 @@
 """What each eval command does with its parsed options (``cli.py`` builds the parser).
 
-Bad input raises ``EvalError`` before any model or data is loaded where it can: the model path,
-an existing ``--output`` without ``--force``, the k values and group size.
+Bad input raises ``EvalError`` before the model loads: the model path, an existing ``--output``
+without ``--force``, the reward kwargs (by name and value), the data (Parquet, verl's columns,
+the task's data_source), the sampling settings, and ``--max_tokens`` against the model's context.
+docs/ERRORS.md lists what each command refuses.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from rlvr.evaluation import runs
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import SamplingSettings
 from rlvr.evaluation.outputs import (
+    check_complete_run,
     default_output_dir,
     refuse_existing,
     refuse_existing_run,
@@ -27,7 +30,16 @@ from rlvr.tasks import TaskSpec
 def compare(base: str, trained: str, output: str | None, force: bool) -> int:
     if output:
         refuse_existing(Path(output), force)
-    table = compare_markdown(load_summary(base), load_summary(trained))
+    check_complete_run(Path(base), "BASE")
+    check_complete_run(Path(trained), "TRAINED")
+    summaries = load_summary(base), load_summary(trained)
+    if summaries[0].header.task != summaries[1].header.task:
+        raise EvalError(
+            f"BASE {base} is a {summaries[0].header.task} run and TRAINED {trained} a "
+            f"{summaries[1].header.task} run: their scores do not compare; pass two runs of one "
+            "task"
+        )
+    table = compare_markdown(*summaries)
     print(table, end="")
     if output:
         write_new_text(Path(output), table, force)
@@ -51,12 +63,18 @@ def filter_prompts(
 
 def grading_settings(task: TaskSpec, args: argparse.Namespace) -> tuple[JSONDict, JSONDict, int]:
     """Reward kwargs, chat-template kwargs and max response length: the task overlay's or the
-    ``--experiment``'s, with ``--reward_kwargs`` / ``--template_kwargs`` on top."""
+    ``--experiment``'s, with ``--reward_kwargs`` / ``--template_kwargs`` on top. The reward
+    kwargs are checked by name and value, each blamed on where it came from."""
     reward_kwargs, max_response_length = task.training_settings()
     template_kwargs: JSONDict = {}
+    origin = f"reward_kwargs of {task.overlay}"
     if args.experiment:
-        reward_kwargs, template_kwargs = runs.experiment_settings(args.experiment)
-    reward_kwargs.update(args.reward_kwargs or {})
+        reward_kwargs, template_kwargs = runs.experiment_settings(args.experiment, task)
+        origin = f"--experiment {args.experiment} (its reward_kwargs)"
+    runs.check_reward_kwargs(task, reward_kwargs, origin)
+    if args.reward_kwargs:
+        reward_kwargs.update(args.reward_kwargs)
+        runs.check_reward_kwargs(task, reward_kwargs, "--reward_kwargs")
     template_kwargs.update(args.template_kwargs or {})
     return reward_kwargs, template_kwargs, max_response_length
 
@@ -69,8 +87,15 @@ def sampling_settings(args: argparse.Namespace, max_response_length: int) -> Sam
     )
 
 
-def checked_ks(command: str, args: argparse.Namespace, n: int) -> list[int]:
-    """The passk command's k values (checked against n); analyse's group size checked."""
+def checked_ks(command: str, args: argparse.Namespace, sampling: SamplingSettings) -> list[int]:
+    """The passk command's k values (checked against n); analyse's group size checked; both
+    need sampling (at temperature 0 every sample of a prompt is the same)."""
+    n = sampling.n
+    if command in ("passk", "analyse") and n > 1 and sampling.temperature <= 0.0:
+        raise EvalError(
+            f"--temperature 0 with --n {n}: greedy samples are all the same, so {command} would "
+            "measure nothing; pass training's rollout temperature (e.g. --temperature 1.0)"
+        )
     if command == "passk":
         ks: list[int] = args.k or runs.default_ks(n)
         runs.check_passk(n, ks)
@@ -81,20 +106,22 @@ def checked_ks(command: str, args: argparse.Namespace, n: int) -> list[int]:
 
 
 def run_model_command(task_name: str, args: argparse.Namespace) -> int:
+    """Every input checked, cheapest first, before the model loads; then the run."""
     from rlvr import tasks
-    from rlvr.evaluation.generation import make_backend, resolve_model
+    from rlvr.evaluation.generation import check_context, make_backend, resolve_model
 
     task = tasks.get(task_name)
     if args.model_path is None:
-        raise EvalError(f"{args.command} needs --model_path")
+        raise EvalError(f"{args.command} needs --model_path (a model folder or a hub id)")
     source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
     output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
     refuse_existing_run(output_dir, args.force)
-    data_path = args.data or str(task.eval_data)
-    rows = runs.load_rows(data_path, args.limit)
     reward_kwargs, template_kwargs, max_response_length = grading_settings(task, args)
+    data_path = args.data or str(task.eval_data)
+    rows = runs.load_rows(data_path, args.limit, task)
     sampling = sampling_settings(args, max_response_length)
-    ks = checked_ks(args.command, args, sampling.n)
+    ks = checked_ks(args.command, args, sampling)
+    check_context(source, sampling.max_tokens)
     backend = make_backend(args.backend, source, batch_size=args.batch_size)
     run = runs.EvalRun(
         task=task,

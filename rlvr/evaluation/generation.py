@@ -24,6 +24,8 @@ from rlvr.evaluation.errors import EvalError
 from rlvr.models.hub import HUB_ID
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
 
 @dataclass
 class Generation:
@@ -93,14 +95,46 @@ def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource
                     file=sys.stderr,
                 )
                 return source
+            if weights == "empty":
+                raise EvalError(
+                    f"--model_path {model_path}: config.json but no weight files "
+                    "(*.safetensors or pytorch_model*.bin); pass a complete model folder"
+                )
+            if not any((path / name).is_file() for name in TOKENIZER_FILES):
+                raise EvalError(
+                    f"--model_path {model_path}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+                    "pass a folder saved with its tokenizer"
+                )
             return ModelSource("folder", str(path))
         raise EvalError(
             f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
             "verl checkpoint pass .../global_step_N/actor/huggingface"
         )
     if HUB_ID.match(model_path) and not model_path.startswith((".", "~")):
+        if path.parent.is_dir():  # "models/tiny" beside a models/ folder: a local path, mistyped
+            raise EvalError(
+                f"--model_path {model_path}: no such folder in {path.parent}/ (taken as a local "
+                "path, since that folder exists); check the name, or pass the model's folder"
+            )
         return ModelSource("hub", model_path)
     raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
+
+
+def check_context(source: ModelSource, max_tokens: int) -> None:
+    """``--max_tokens`` within a local model's context (``max_position_embeddings``): beyond it
+    HF generates garbage and vLLM refuses, both only after the model has loaded."""
+    folder = Path(source.base if source.kind == "lora" and source.base else source.path)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a hub id, or a config the loader will judge
+    context = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if isinstance(context, int) and max_tokens >= context:
+        raise EvalError(
+            f"--max_tokens {max_tokens}: the model's context is {context} tokens "
+            f"(max_position_embeddings in {folder / 'config.json'}), prompt included; "
+            "lower --max_tokens"
+        )
 
 
 def _lora_source(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rlvr.common.files import staged, swap_in
 from rlvr.common.paths import ROOT
+from rlvr.common.signals import signals_deferred
 from rlvr.evaluation.errors import EvalError
 
 
@@ -72,6 +73,20 @@ def refuse_existing_run(output: Path, force: bool) -> None:
         )
 
 
+def check_complete_run(path: Path, what: str) -> None:
+    """A run folder that a completed run published: its summary and samples (and, for a
+    sampling command, its per-prompt records). A staging folder or a folder a user emptied by
+    hand is refused, so nothing is compared or filtered on part of a run."""
+    if not path.is_dir():
+        return  # a summary.json file: load_summary judges it
+    missing = [name for name in RUN_FILES if not (path / name).is_file()]
+    if missing:
+        raise EvalError(
+            f"{what} {path}: not a complete eval run folder (no {', '.join(missing)}); pass a "
+            "folder written by reward, passk or analyse"
+        )
+
+
 def staging_dir(output: Path) -> Path:
     """The folder a run writes into before it becomes ``output``."""
     return output.with_name(f".{output.name}.partial-{os.getpid()}")
@@ -106,11 +121,12 @@ def _publish(staging: Path, output: Path, force: bool) -> None:
         os.replace(staging, output)
         return
     previous = output.with_name(f".{output.name}.replaced-{os.getpid()}")
-    swap_in(staging, output, previous)
-    if previous.is_dir() and not previous.is_symlink():
-        shutil.rmtree(previous, ignore_errors=True)
-    else:
-        previous.unlink(missing_ok=True)
+    with signals_deferred():  # the old run is removed too, so none is left aside
+        swap_in(staging, output, previous)
+        if previous.is_dir() and not previous.is_symlink():
+            shutil.rmtree(previous, ignore_errors=True)
+        else:
+            previous.unlink(missing_ok=True)
 
 
 def _keep_or_remove(staging: Path, output: Path) -> None:

@@ -44,50 +44,102 @@ Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus 
 RewardFunction = Callable[..., object]
 
 
-def experiment_settings(experiment: str) -> tuple[JSONDict, JSONDict]:
-    """Reward kwargs and chat-template kwargs of a composed training experiment."""
-    from omegaconf import OmegaConf
-
+def experiment_settings(experiment: str, task: TaskSpec | None = None) -> tuple[JSONDict, JSONDict]:
+    """Reward kwargs and chat-template kwargs of a composed training experiment (of ``task``,
+    when given: another task's kwargs would grade with the wrong settings)."""
+    from rlvr import tasks
     from rlvr.train.config import compose, experiments
 
     if experiment not in experiments():
-        raise EvalError(f"--experiment {experiment!r}: not one of {experiments()}")
+        raise EvalError(
+            f"--experiment {experiment!r}: no such experiment; choose one of {experiments()}"
+        )
     config = compose(experiment)
-    reward_kwargs = OmegaConf.to_container(config.custom_reward_function.reward_kwargs)
-    template_kwargs = OmegaConf.to_container(config.data.get("apply_chat_template_kwargs") or {})
-    return _json_object(reward_kwargs), _json_object(template_kwargs)
+    trained = tasks.for_config(config)
+    if task is not None and trained is not None and trained.name != task.name:
+        raise EvalError(
+            f"--experiment {experiment}: trains {trained.name}, not {task.name}; pass a "
+            f"{task.name} experiment or use scripts/eval_{trained.name}.py"
+        )
+    reward_kwargs = config.custom_reward_function.get("reward_kwargs")
+    template_kwargs = config.data.get("apply_chat_template_kwargs")  # absent in some experiments
+    return _config_object(reward_kwargs), _config_object(template_kwargs)
 
 
-def _json_object(value: object) -> JSONDict:
-    converted = jsonable(value)
+def _config_object(value: object) -> JSONDict:
+    """A config node (or None, when the experiment leaves it out) as a plain JSON object."""
+    from omegaconf import OmegaConf
+
+    if value is None:
+        return {}
+    converted = jsonable(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
     return converted if isinstance(converted, dict) else {}
 
 
 # ---------------------------------------------------------------- prompts
 
+PARQUET_MAGIC = b"PAR1"
 
-def load_rows(data_path: str | Path, limit: int | None = None) -> list[Row]:
-    """The first ``limit`` rows of a data-prep Parquet, checked for verl's columns."""
+
+def _parquet_frame(path: Path) -> Any:
+    """The file as a DataFrame; one-line errors for a folder, a non-Parquet or unreadable file."""
     import pandas as pd
 
-    path = Path(data_path)
+    if path.is_dir():
+        raise EvalError(f"--data {path}: is a folder; pass a .parquet file written by data prep")
     if not path.is_file():
         raise EvalError(f"--data {path}: no such file (create it with the task's data prep script)")
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != PARQUET_MAGIC:
+        raise EvalError(
+            f"--data {path}: not a Parquet file; pass the .parquet written by the task's data "
+            "prep script"
+        )
     try:
-        frame = pd.read_parquet(path)
+        return pd.read_parquet(path)
     except Exception as exc:
-        raise EvalError(f"--data {path}: not a readable Parquet file ({exc})") from exc
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise EvalError(f"--data {path}: not a readable Parquet file ({first_line})") from exc
+
+
+def load_rows(
+    data_path: str | Path, limit: int | None = None, task: TaskSpec | None = None
+) -> list[Row]:
+    """The first ``limit`` rows of a data-prep Parquet, checked for verl's columns and, given a
+    task, for rows of that task (another task's rows would all score 0, silently)."""
+    path = Path(data_path)
+    frame = _parquet_frame(path)
     missing = [c for c in DATA_COLUMNS if c not in frame.columns]
     if missing:
         raise EvalError(f"--data {path}: missing column(s) {missing}; expected verl's schema")
     if frame.empty:
         raise EvalError(f"--data {path}: no rows")
+    if task is not None:
+        sources = sorted({str(s) for s in frame["data_source"]})
+        if sources != [task.data_source]:
+            raise EvalError(
+                f"--data {path}: holds data_source {sources}, but the {task.name} reward grades "
+                f"{task.data_source!r} rows; pass {task.name} data (create it with: "
+                f"{task.prep_command})"
+            )
     rows: list[Row] = (frame.head(limit) if limit else frame).to_dict("records")
     for index, row in enumerate(rows):
         if not isinstance(row["reward_model"], dict) or "ground_truth" not in row["reward_model"]:
             raise EvalError(f"--data {path}: row {index}: reward_model has no ground_truth")
         row["_index"] = index
     return rows
+
+
+def check_reward_kwargs(task: TaskSpec, kwargs: JSONDict, origin: str) -> None:
+    """Reward kwargs by name and value, as the reward will read them: a typo (``formt_score``)
+    is refused here rather than ignored by the reward and recorded in the summary."""
+    from rlvr.tasks import TaskError
+
+    try:
+        task.check_reward_kwargs(kwargs)
+    except TaskError as exc:
+        raise EvalError(f"{origin}: {exc}") from None
 
 
 def render_prompt(
@@ -136,6 +188,7 @@ class EvalRun:
         """
         from tqdm import tqdm
 
+        check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
         compute_score = self.task.load_reward()
         graded: list[list[GradedSample]] = []
         with (

@@ -14,6 +14,8 @@ from rlvr.evaluation.records import AnalyseRecord, Summary, jsonable, load_summa
 def load_prompt_records(path: str | Path) -> tuple[list[AnalyseRecord], Summary]:
     """An analyse run's per-prompt records and its summary."""
     path = Path(path)
+    if not path.exists():
+        raise EvalError(f"--input {path}: no such folder; pass an analyse run folder")
     run_dir = path if path.is_dir() else path.parent
     summary = load_summary(run_dir)
     if summary.header.command != "analyse":
