@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlvr.evaluation.generation import HFBackend, SamplingSettings, resolve_model
+from rlvr.evaluation.generation import HFBackend, SamplingSettings
+from rlvr.evaluation.model_source import resolve_model
 from rlvr.evaluation.runs import load_rows, render_prompt
 from rlvr.tasks.countdown import prepare
 

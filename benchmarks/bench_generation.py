@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.evaluation.generation import HFBackend, SamplingSettings, resolve_model
+from rlvr.evaluation.generation import HFBackend, SamplingSettings
+from rlvr.evaluation.model_source import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = {"smollm2": "artifacts/models/smollm2-135m-instruct", "tiny": "artifacts/models/tiny"}

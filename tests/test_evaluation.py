@@ -577,7 +577,7 @@ def test_model_folders_that_cannot_load_are_refused(
 ) -> None:
     import shutil
 
-    from rlvr.evaluation.generation import check_context, resolve_model
+    from rlvr.evaluation.model_source import check_context, resolve_model
 
     assert resolve_model(str(tiny_model_dir)).kind == "folder"  # negative control
     no_weights = tmp_path / "no_weights"

@@ -9,15 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.evaluation.generation import (
-    EvalError,
-    HFBackend,
-    ModelSource,
-    SamplingSettings,
-    _from_vllm,
-    make_backend,
-    resolve_model,
-)
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.generation import HFBackend, SamplingSettings, _from_vllm, make_backend
+from rlvr.evaluation.model_source import ModelSource, resolve_model
 
 
 def _prompts(tokenizer) -> list[list[int]]:

@@ -108,7 +108,8 @@ def checked_ks(command: str, args: argparse.Namespace, sampling: SamplingSetting
 def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     """Every input checked, cheapest first, before the model loads; then the run."""
     from rlvr import tasks
-    from rlvr.evaluation.generation import check_context, make_backend, resolve_model
+    from rlvr.evaluation.generation import make_backend
+    from rlvr.evaluation.model_source import check_context, resolve_model
 
     task = tasks.get(task_name)
     if args.model_path is None:

@@ -1,0 +1,147 @@
+"""What ``--model_path`` names (a model folder, a LoRA adapter, a hub id), checked before any
+weights load, and the tokenizer that goes with it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.evaluation.errors import EvalError
+from rlvr.models.hub import HUB_ID
+from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What ``--model_path`` names: a model folder, a LoRA adapter folder, or a hub id."""
+
+    kind: str  # "folder" | "lora" | "hub"
+    path: str
+    base: str | None = None  # the base model of a LoRA adapter
+    tokenizer: str | None = None  # where the tokenizer is, when not next to the weights
+
+    @property
+    def tokenizer_path(self) -> str:
+        if self.tokenizer is not None:
+            return self.tokenizer
+        has_tokenizer = self.kind == "lora" and any(
+            (Path(self.path) / name).exists()
+            for name in ("tokenizer.json", "tokenizer_config.json")
+        )
+        return self.path if self.kind != "lora" or has_tokenizer else str(self.base)
+
+
+def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource:
+    """Classify ``model_path`` and fail at once, with the reason, when it cannot be a model."""
+    path = Path(model_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise EvalError(f"--model_path {model_path}: is a file; pass the model's folder")
+        if (path / "adapter_config.json").is_file():
+            return _lora_source(path, base_model)
+        if (path / "config.json").is_file():
+            try:
+                weights = weight_state(path)
+            except MergeError as exc:
+                raise EvalError(f"--model_path {model_path}: {exc}") from exc
+            adapter = path.parent / ADAPTER_DIR
+            if weights == "peft":  # verl 0.6.1's hf_model of a LoRA run: random layers on load
+                raise EvalError(
+                    f"--model_path {model_path}: PEFT-keyed LoRA weights (verl's hf_model save of "
+                    "a LoRA run), which load as random layers; merge the adapter first: uv run "
+                    f"scripts/merge_lora.py {path.parent}"
+                )
+            if weights == "empty" and (adapter / "adapter_config.json").is_file():
+                # A LoRA checkpoint not merged yet: verl wrote config + tokenizer only here.
+                source = _lora_source(adapter, base_model, tokenizer=str(path))
+                print(
+                    f"--model_path {model_path}: no weights; loading the LoRA adapter {adapter} "
+                    f"on its base {source.base}",
+                    file=sys.stderr,
+                )
+                return source
+            if weights == "empty":
+                raise EvalError(
+                    f"--model_path {model_path}: config.json but no weight files "
+                    "(*.safetensors or pytorch_model*.bin); pass a complete model folder"
+                )
+            if not any((path / name).is_file() for name in TOKENIZER_FILES):
+                raise EvalError(
+                    f"--model_path {model_path}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+                    "pass a folder saved with its tokenizer"
+                )
+            return ModelSource("folder", str(path))
+        raise EvalError(
+            f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
+            "verl checkpoint pass .../global_step_N/actor/huggingface"
+        )
+    if HUB_ID.match(model_path) and not model_path.startswith((".", "~")):
+        if path.parent.is_dir():  # "models/tiny" beside a models/ folder: a local path, mistyped
+            raise EvalError(
+                f"--model_path {model_path}: no such folder in {path.parent}/ (taken as a local "
+                "path, since that folder exists); check the name, or pass the model's folder"
+            )
+        return ModelSource("hub", model_path)
+    raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
+
+
+def check_context(source: ModelSource, max_tokens: int) -> None:
+    """``--max_tokens`` within a local model's context (``max_position_embeddings``): beyond it
+    HF generates garbage and vLLM refuses, both only after the model has loaded."""
+    folder = Path(source.base if source.kind == "lora" and source.base else source.path)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a hub id, or a config the loader will judge
+    context = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if isinstance(context, int) and max_tokens >= context:
+        raise EvalError(
+            f"--max_tokens {max_tokens}: the model's context is {context} tokens "
+            f"(max_position_embeddings in {folder / 'config.json'}), prompt included; "
+            "lower --max_tokens"
+        )
+
+
+def _lora_source(
+    adapter: Path, base_model: str | None, tokenizer: str | None = None
+) -> ModelSource:
+    adapter_config = adapter / "adapter_config.json"
+    try:
+        base = base_model or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    if not base:
+        raise EvalError(
+            f"{adapter_config}: unreadable or without base_model_name_or_path; pass --base_model"
+        )
+    try:
+        resolve_model(base)  # the base must itself be loadable
+    except EvalError as exc:
+        raise EvalError(
+            f"base model of the LoRA adapter {adapter}: {exc}; or pass --base_model"
+        ) from exc
+    return ModelSource("lora", str(adapter), base=base, tokenizer=tokenizer)
+
+
+def load_tokenizer(source: ModelSource) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source.tokenizer_path)
+    except Exception as exc:
+        raise EvalError(load_failure("tokenizer", source.tokenizer_path, exc)) from exc
+
+
+def load_failure(what: str, where: str, exc: Exception) -> str:
+    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    hint = (
+        " (hub ids need network access; offline, download the model elsewhere and pass its folder)"
+        if HUB_ID.match(where) and not Path(where).exists()
+        else ""
+    )
+    return f"could not load the {what} from {where}: {first_line}{hint}"
