@@ -33,6 +33,15 @@ def _build(model: str, folder: Path) -> None:
         build(folder)
 
 
+def _preload(model: str) -> None:
+    """Import the builder (torch, transformers, numpy) before signals are handled: an interrupt
+    inside an import leaves a half-initialised module and ends in an unrelated error, not 130."""
+    import importlib
+
+    importlib.import_module("rlvr.models.tiny" if model == "tiny" else "rlvr.models.smollm2")
+    import transformers  # noqa: F401  (the builders import it inside the build)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", choices=sorted(DEFAULT_DIRS), help="which model to build")
@@ -57,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     # SIGTERM ends the build like Ctrl-C, so the staging folder's clean-up runs (the default
     # action would leave it behind, and could stop between the two renames of a swap).
+    _preload(args.model)
     try:
         with (
             sigterm_as_interrupt(),
