@@ -257,3 +257,54 @@ def test_recipe_logs_json_lines_beside_the_checkpoints(monkeypatch: pytest.Monke
     monkeypatch.delenv(verl_hooks.FILE_LOGGER_PATH_ENV, raising=False)
     assert verl_hooks.set_metrics_path(config) == "/runs/a/metrics.jsonl"
     assert verl_hooks.set_metrics_path(OmegaConf.create({"paths": {}})) is None
+
+
+def test_prune_keeps_the_newest_steps_and_every_kth(tmp_path: Path) -> None:
+    for step in range(1, 31):
+        (tmp_path / f"{step}.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("not a dump")
+    deleted = verl_hooks.prune_step_files(str(tmp_path), keep_last=5, keep_every=10)
+    kept = sorted(int(p.stem) for p in tmp_path.glob("*.jsonl"))
+    assert kept == [10, 20, 26, 27, 28, 29, 30]
+    assert len(deleted) == 23 and (tmp_path / "notes.txt").exists()
+    # Negative control: keeping everything deletes nothing.
+    assert verl_hooks.prune_step_files(str(tmp_path), keep_last=100, keep_every=0) == []
+
+
+def test_rollout_dumps_stay_bounded_through_verls_own_dump(tmp_path: Path) -> None:
+    """verl's real ``_dump_generations`` writes a file per step and never deletes; wrapped, the
+    rollout folder keeps what ``rollout_dumps`` says; validation dumps elsewhere are untouched."""
+    rollouts, val = tmp_path / "rollouts", tmp_path / "val"
+    result = _run(
+        f"""
+        import json, types
+        from omegaconf import OmegaConf
+        from rlvr.train import verl_hooks
+        verl_hooks.install()
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        config = OmegaConf.create({{
+            "trainer": {{"rollout_data_dir": {str(rollouts)!r}}},
+            "rollout_dumps": {{"keep_last": 3, "keep_every": 4}},
+        }})
+        trainer = types.SimpleNamespace(config=config, global_steps=0)
+        for step in range(1, 10):
+            trainer.global_steps = step
+            for folder in ({str(rollouts)!r}, {str(val)!r}):
+                RayPPOTrainer._dump_generations(
+                    trainer, inputs=["p"], outputs=["o"], gts=["g"], scores=[1.0],
+                    reward_extra_infos_dict={{}}, dump_path=folder,
+                )
+        print(json.dumps({{"ok": True}}))
+        """
+    )
+    assert result == {"ok": True}
+    assert sorted(int(p.stem) for p in rollouts.glob("*.jsonl")) == [4, 7, 8, 9]
+    assert len(list(val.glob("*.jsonl"))) == 9
+
+
+def test_dump_bound_refuses_a_changed_verl() -> None:
+    class Trainer:  # a later verl with another dump signature
+        def _dump_generations(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
+
+    with pytest.raises(RuntimeError, match="_dump_generations"):
+        verl_hooks._bound_rollout_dumps(Trainer)

@@ -18,6 +18,9 @@ The patches:
   root without resolving it, so an interpolation would arrive as the literal ``${...}``): the
   same ``fit`` wrapper sets it in the TaskRunner from the resolved ``paths.metrics``
   (``configs/grpo.yaml``), on whichever node the TaskRunner runs.
+- always: rollout dumps kept bounded. With ``trainer.rollout_data_dir`` set (configs/grpo.yaml)
+  verl writes every step's rollouts and never deletes any; ``_dump_generations`` is wrapped to
+  keep only what ``rollout_dumps`` says (the report reads them).
 - always: verl 0.6.1's ``file`` logger (``verl.utils.tracking.FileLogger``) itself. Its ``log``
   is a bare ``json.dumps``, which raises ``TypeError: Object of type Tensor is not JSON
   serializable`` on the first training step: verl's own ``global_seqlen/*`` metrics
@@ -142,11 +145,13 @@ def _trace(event: str) -> None:
 
 
 def _wrap_fit(module: ModuleType) -> None:
-    """``RayPPOTrainer.fit``: point the file logger at ``paths.metrics``, finish wandb after."""
+    """``RayPPOTrainer.fit``: point the file logger at ``paths.metrics``, finish wandb after;
+    ``_dump_generations``: bound the rollout dumps."""
     trainer_class = module.RayPPOTrainer
     original = trainer_class.fit
     if getattr(original, "_rlvr_finishes_wandb", False):
         return
+    _bound_rollout_dumps(trainer_class)
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -157,9 +162,68 @@ def _wrap_fit(module: ModuleType) -> None:
             wandb = sys.modules.get("wandb")
             if wandb is not None and wandb.run is not None:
                 wandb.finish()
+            if wandb is not None:
+                # finish() returns once the run is handed to wandb's service process, which may
+                # still be writing the run file; Ray ends the TaskRunner without atexit hooks, so
+                # wait for the service here (a rehearsal once found the file cut at 32 KiB).
+                wandb.teardown()
 
     fit._rlvr_finishes_wandb = True  # type: ignore[attr-defined]
     trainer_class.fit = fit
+
+
+# verl 0.6.1's RayPPOTrainer._dump_generations; another signature is a verl we have not read.
+DUMP_GENERATIONS_PARAMS = (
+    "self",
+    "inputs",
+    "outputs",
+    "gts",
+    "scores",
+    "reward_extra_infos_dict",
+    "dump_path",
+)
+
+
+def _bound_rollout_dumps(trainer_class: type) -> None:
+    """After each rollout dump (``<rollout_data_dir>/<step>.jsonl``), delete the step files that
+    ``rollout_dumps`` (configs/grpo.yaml) does not keep. Validation dumps are left alone."""
+    original = trainer_class._dump_generations  # type: ignore[attr-defined]
+    params = tuple(inspect.signature(original).parameters)
+    if params != DUMP_GENERATIONS_PARAMS:
+        raise RuntimeError(
+            f"rlvr: verl's RayPPOTrainer._dump_generations{params} is not 0.6.1's "
+            f"{DUMP_GENERATIONS_PARAMS}; update rlvr/train/verl_hooks.py"
+        )
+
+    @functools.wraps(original)
+    def dump(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        bounds = self.config.get("rollout_dumps") or {}
+        rollout_dir = self.config.trainer.get("rollout_data_dir")
+        dump_path = kwargs.get("dump_path", args[-1] if len(args) == 6 else None)
+        if bounds and rollout_dir and dump_path == rollout_dir:
+            prune_step_files(rollout_dir, int(bounds["keep_last"]), int(bounds["keep_every"]))
+        return result
+
+    trainer_class._dump_generations = dump  # type: ignore[attr-defined]
+
+
+def prune_step_files(folder: str, keep_last: int, keep_every: int) -> list[str]:
+    """Delete ``<step>.jsonl`` files in ``folder`` except the newest ``keep_last`` steps and
+    every step divisible by ``keep_every`` (0: none); returns the deleted names."""
+    steps = sorted(
+        int(name[: -len(".jsonl")])
+        for name in os.listdir(folder)
+        if name.endswith(".jsonl") and name[: -len(".jsonl")].isdigit()
+    )
+    newest = set(steps[-keep_last:]) if keep_last > 0 else set()
+    deleted = []
+    for step in steps:
+        if step in newest or (keep_every > 0 and step % keep_every == 0):
+            continue
+        os.remove(os.path.join(folder, f"{step}.jsonl"))
+        deleted.append(f"{step}.jsonl")
+    return deleted
 
 
 def set_metrics_path(config: Any) -> str | None:
