@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.evaluation.errors import EvalError
-from rlvr.models.hub import HUB_ID
+from rlvr.models.hub import HUB_ID, looks_local
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -80,12 +80,13 @@ def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource
             f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
             "verl checkpoint pass .../global_step_N/actor/huggingface"
         )
-    if HUB_ID.match(model_path) and not model_path.startswith((".", "~")):
-        if path.parent.is_dir():  # "models/tiny" beside a models/ folder: a local path, mistyped
-            raise EvalError(
-                f"--model_path {model_path}: no such folder in {path.parent}/ (taken as a local "
-                "path, since that folder exists); check the name, or pass the model's folder"
-            )
+    if looks_local(model_path):  # the same rule pre-flight applies (rlvr.models.hub)
+        where = f" in {path.parent}/" if path.parent.is_dir() else ""
+        raise EvalError(
+            f"--model_path {model_path}: no such folder{where} (taken as a local path); check "
+            "the name, or pass the model's folder"
+        )
+    if HUB_ID.match(model_path):
         return ModelSource("hub", model_path)
     raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
 
