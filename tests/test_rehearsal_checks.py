@@ -4,7 +4,10 @@ record a broken run leaves (the negative controls)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,28 @@ def test_devices_fail_cleanly_when_every_rank_imported_torch_in_the_hook(tmp_pat
             record["cuda_visible_devices"] = None
     with pytest.raises(checks.RehearsalFailure, match="CUDA_VISIBLE_DEVICES=None at torch"):
         checks.devices(_trace(tmp_path, records), 8, PYTHON)
+
+
+@pytest.mark.parametrize("with_table", [True, False])
+def test_wandb_run_needs_the_validation_generations_table(tmp_path: Path, with_table: bool) -> None:
+    """A real offline run: steps 1 and 2 logged and finished; the check passes only when verl's
+    ``val/generations`` table is in it too (negative control: the same run without it)."""
+    code = f"""
+import wandb
+run = wandb.init(mode="offline", dir={str(tmp_path)!r}, project="p")
+for step in (1, 2):
+    wandb.log({{"training/global_step": step, "actor/entropy": 1.0}}, step=step)
+if {with_table}:
+    table = wandb.Table(columns=["step", "input_1"], data=[[2, "q"]])
+    wandb.log({{"val/generations": table}}, step=2)
+wandb.finish()
+"""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    wandb_dir = tmp_path / "wandb"
+    if with_table:
+        assert "val/generations table" in checks.wandb_run(wandb_dir, set(), [1, 2])
+    else:
+        with pytest.raises(checks.RehearsalFailure, match="no val/generations table"):
+            checks.wandb_run(wandb_dir, set(), [1, 2])
+        assert "finished" in checks.wandb_run(wandb_dir, set(), [1, 2], table=None)

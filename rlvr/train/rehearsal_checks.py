@@ -129,23 +129,19 @@ def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:
 def wandb_history(run_file: Path) -> tuple[dict[int, dict[str, Any]], set[str]]:
     """An offline wandb run's rows by ``training/global_step``, and its record types."""
     rows: dict[int, dict[str, Any]] = defaultdict(dict)
-    kinds = set()
-    for kind, record in wandb_records(run_file):
-        kinds.add(kind)
-        if kind != "history":
-            continue
-        row = {
-            item.key or "/".join(item.nested_key): json.loads(item.value_json)
-            for item in record.history.item
-        }
+    kinds = {kind for kind, _ in wandb_records(run_file)}
+    for row in history_rows(run_file):
         if "training/global_step" in row:
             rows[int(row["training/global_step"])].update(row)
     return dict(rows), kinds
 
 
-def wandb_run(wandb_dir: Path, known: set[Path], expected: list[int]) -> str:
+def wandb_run(
+    wandb_dir: Path, known: set[Path], expected: list[int], table: str | None = "val/generations"
+) -> str:
     """Exactly one new offline run, finished (exit record), with training metrics for exactly
-    the expected steps (a resumed launch must not train the earlier ones again)."""
+    the expected steps (a resumed launch must not train the earlier ones again), and the
+    validation generations ``table`` (verl logs one when ``trainer.log_val_generations`` > 0)."""
     runs = set(wandb_dir.glob("offline-run-*/run-*.wandb")) - known
     if len(runs) != 1:
         raise RehearsalFailure(f"{len(runs)} new wandb runs under {wandb_dir}, expected 1")
@@ -156,5 +152,20 @@ def wandb_run(wandb_dir: Path, known: set[Path], expected: list[int]) -> str:
         raise RehearsalFailure(f"{run.parent.name}: trained steps {trained}, expected {expected}")
     if "exit" not in kinds:
         raise RehearsalFailure(f"{run.parent.name}: holds the steps but was never finished")
+    # A table is logged as nested keys (val/generations + ncols, path, ...), joined with "/".
+    logged_keys = {key for row in history_rows(run) for key in row}
+    if table is not None and not any(k.startswith(f"{table}/") for k in logged_keys):
+        raise RehearsalFailure(f"{run.parent.name}: no {table} table (trainer.log_val_generations)")
     scores = [rows[step].get("critic/score/mean") for step in trained]
-    return f"{run.parent.name}: steps {trained} (critic/score/mean {scores}), finished"
+    logged = f", {table} table" if table is not None else ""
+    return f"{run.parent.name}: steps {trained} (critic/score/mean {scores}){logged}, finished"
+
+
+def history_rows(run_file: Path) -> Iterator[dict[str, Any]]:
+    """Every history row of an offline wandb run, as {key: value}, in logging order."""
+    for kind, record in wandb_records(run_file):
+        if kind == "history":
+            yield {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
