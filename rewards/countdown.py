@@ -21,6 +21,9 @@ valid expression, wrong value         ``format_score``, or with ``shaping=True``
 valid expression, exact target        1.0
 ====================================  =========================================
 
+``answer_key`` names the answer a response gives (its expression's exact value), which eval's
+maj@k votes on.
+
 Standard library only; never evaluates model text; never raises on any response or ground
 truth. Reward kwargs are checked by name and value (``validate_reward_kwargs``, also run by
 pre-flight and eval): an unknown or invalid one raises ValueError at the first call, since it is a
@@ -33,6 +36,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 try:
@@ -307,3 +311,24 @@ def compute_score(
     shaped = format_score + (1.0 - format_score) / (1.0 + error)
     # A value within float rounding of the target must still not reach the correct score.
     return _result(min(shaped, 1.0 - 1e-9), True, True, False, False)
+
+
+def answer_key(solution_str: Any = "", ground_truth: Any = None, **kwargs: Any) -> str | None:
+    """The answer a response gives, for majority voting (eval's maj@k): the exact value of its
+    expression as a reduced fraction (``"13"``, ``"-7/2"``, as ``str(Fraction)`` writes it), or
+    None when the grader finds no valid expression (no answer, an invalid one, or a bad ground
+    truth, whose numbers are unknown).
+
+    Keys are values, so every correct expression votes for the same answer, ``str(target)``: a
+    response's key is that exactly when ``compute_score`` gives it 1.0. ``kwargs`` are the reward
+    kwargs, checked as ``compute_score`` checks them; they do not change the key.
+    """
+    _cached_settings(kwargs)
+    text = _text.as_text(solution_str)
+    answer = _text.last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
+    truth = parse_ground_truth(ground_truth) if answer is not None else None
+    if answer is None or truth is None:
+        return None
+    value = evaluate(answer.strip(), truth[1])
+    # Fraction reduces and moves the sign to the numerator: 26/2, -13/-1 and 13 are one answer.
+    return None if value is None else str(Fraction(*value))

@@ -20,6 +20,9 @@ final answer read, wrong value             ``format_score`` (default 0.0)
 final answer read, equals ground truth     1.0
 =========================================  ==========================
 
+``answer_key`` names the answer a response gives (its final number, exactly), which eval's
+maj@k votes on.
+
 The ground truth is read by the same number grammar (``parse_ground_truth``), and data prep
 reads the dataset's ``#### ...`` lines with that function too: a truth such as ``1,2,14`` or
 ``1e99999999`` is not a number here, so prep refuses it and the reward reports it as
@@ -226,3 +229,21 @@ def compute_score(
     if predicted == truth:
         return _result(1.0, True, True, False)
     return _result(format_score, True, False, False)
+
+
+def answer_key(solution_str: Any = "", ground_truth: Any = None, **kwargs: Any) -> str | None:
+    """The answer a response gives, for majority voting (eval's maj@k): the final number read as
+    ``compute_score`` reads it (``method`` from ``kwargs``, the reward kwargs), written exactly as
+    ``str(Fraction)`` (``"72"``, ``"-7/2"``; so ``72.00``, ``$72`` and ``72`` are one answer), or
+    None when no final answer is read.
+
+    Keys compare exactly as the grader does: with a readable ground truth, a response's key is
+    ``str(parse_ground_truth(ground_truth))`` exactly when ``compute_score`` gives it 1.0. The
+    ground truth does not change the key.
+    """
+    method, _ = _cached_settings(kwargs)
+    text = _text.as_text(solution_str)
+    if text is None:
+        return None
+    predicted = extract_strict(text) if method == "strict" else extract_flexible(text)
+    return None if predicted is None else str(predicted)

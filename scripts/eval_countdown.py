@@ -2,7 +2,7 @@
 
 Usage: uv run scripts/eval_countdown.py --model_path DIR [--limit N] [COMMAND [options]]
   reward   greedy: mean score, pass@1, format rate, mean response length (the default)
-  passk    --n 16 --k 1,4,8,16: unbiased pass@k
+  passk    --n 16 --k 1,4,8,16: unbiased pass@k and maj@k (majority vote)
   analyse  --n 16 (alias --rollout_n): per-prompt variance and entropy, and whether GRPO can learn
   stats    --input RUN: the high-value prompts of an analyse run
   filter   --input RUN --output FILE.parquet: those prompts as training data

@@ -419,3 +419,68 @@ def test_contract_text_is_exported() -> None:
     # the contract's own example answer is graded correct
     example = countdown.FEWSHOT_EXAMPLE.split("A: ", 1)[1]
     assert compute_score("x", example, GT)["score"] == 1.0
+
+
+# --- answer_key: what maj@k votes on --------------------------------------------------------------
+
+
+def _agrees(response: object, ground_truth: object, **kwargs: object) -> None:
+    """The vote key and the grader agree: the key is the target's exactly when the score is 1."""
+    key = countdown.answer_key(response, ground_truth, **kwargs)
+    result = compute_score("x", response, ground_truth, **kwargs)
+    truth = countdown.parse_ground_truth(ground_truth)
+    truth_key = None if truth is None else str(Fraction(truth[0]))
+    assert (key is not None and key == truth_key) == (result["score"] == 1.0), (response, key)
+    assert (key is not None) == (result["valid"] == 1.0)  # abstains exactly when invalid
+
+
+@pytest.mark.parametrize("response", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_answer_key_agrees_with_the_grader_on_the_table(response: str) -> None:
+    _agrees(response, GT)
+    _agrees(response, GT, shaping=True, format_score=0.0)
+
+
+def test_answer_key_is_the_value() -> None:
+    keys = {countdown.answer_key(answer(e), GT) for e in ("2*3+7", "(7 + 3*2)", "7+2*3")}
+    assert keys == {"13"}  # every correct expression votes together
+    assert countdown.answer_key(answer("2*3*7"), GT) == "42"
+    assert countdown.answer_key(answer("7*3*2"), GT) == "42"  # one wrong value, one answer
+    assert countdown.answer_key(answer("2/3+7"), GT) == "23/3"
+    assert countdown.answer_key(answer("2-3*7"), GT) == "-19"
+    assert countdown.answer_key(answer("3/(2-7)"), GT) == "-3/5"  # the sign on the numerator
+    for abstains in ("no answer", answer("2**3+7"), answer("13"), answer("6+7")):
+        assert countdown.answer_key(abstains, GT) is None
+    assert countdown.answer_key(answer("2*3+7"), {"target": 13}) is None  # bad ground truth
+    parquet_truth = {"target": np.int64(13), "numbers": np.array([2, 3, 7])}
+    assert countdown.answer_key(answer("2*3+7"), parquet_truth) == "13"
+    with pytest.raises(ValueError, match="unknown reward kwarg"):
+        countdown.answer_key(answer("2*3+7"), GT, formt_score=0.1)  # checked as compute_score does
+
+
+@settings(max_examples=400, deadline=None)
+@given(expressions(), st.integers(-50, 500), st.booleans(), st.booleans())
+def test_answer_key_agrees_with_the_grader(case, target: int, use_value: bool, shaping) -> None:
+    expr, value, numbers = case
+    if use_value and value is not None and value.denominator == 1:
+        target = int(value)
+    truth = {"target": target, "numbers": numbers}
+    _agrees(answer(expr), truth, shaping=shaping)
+    if value is not None and abs(target) < countdown.MAX_MAGNITUDE:
+        assert countdown.answer_key(answer(expr), truth) == str(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ALPHABET, max_size=80).map("".join))
+def test_answer_key_never_raises_and_agrees_on_tag_soup(text: str) -> None:
+    _agrees(text, GT)
+
+
+@pytest.mark.parametrize("name", list(_adversarial_inputs()))
+def test_answer_key_adversarial_inputs_are_fast(name: str) -> None:
+    response = _adversarial_inputs()[name]
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        countdown.answer_key(response, GT)
+        best = min(best, time.perf_counter() - start)
+    assert best < 0.05, f"{name}: {best * 1000:.1f} ms"

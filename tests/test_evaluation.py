@@ -23,6 +23,7 @@ from rlvr.evaluation.generation import Generation, SamplingSettings
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLED = SamplingSettings(n=4, temperature=1.0)
 PASS_AT_1_2_4 = ["pass@1", "pass@2", "pass@4"]
+MAJ_AT_1_2_4 = ["maj@1", "maj@2", "maj@4"]
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +83,26 @@ class ScriptedBackend:
         return out
 
 
+def _valid_wrong(row) -> str:
+    """An expression over the row's numbers, each used once, that misses its target."""
+    from rewards.countdown import evaluate
+
+    truth = row["reward_model"]["ground_truth"]
+    numbers, target = [int(n) for n in truth["numbers"]], int(truth["target"])
+    for op in "+*-":
+        expr = f" {op} ".join(map(str, numbers))
+        value = evaluate(expr, numbers)
+        if value is not None and value[0] != target * value[1]:
+            return f"<answer>{expr}</answer>"
+    raise AssertionError(f"no wrong expression for {truth}")
+
+
 def _responses(rows) -> dict[int, list[str]]:
-    """Prompt 0: 4/4 correct; 1: 2/4; 2: 1/4 plus 2 well-formed wrong; 3..: nothing right."""
+    """Prompt 0: 4/4 correct; 1: 2/4; 2: 1/4 plus the same valid wrong value twice (it wins
+    the 4-vote); 3..: nothing right."""
     right = [f"<answer>{row['extra_info']['solution']}</answer>" for row in rows]
-    wrong, garbage = "<answer>1 + 1</answer>", "no idea"
+    garbage = "no idea"
+    wrong = _valid_wrong(rows[2])
     scripted = {
         0: [right[0]] * 4,
         1: [right[1], garbage, right[1], garbage],
@@ -156,8 +173,24 @@ def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tok
         assert summary.metrics[f"pass@{k}"] == pytest.approx(expected)
     assert summary.metrics["pass@4"] == pytest.approx(3 / 6)
     assert summary.metrics["format_rate"] == pytest.approx(9 / 24)
-    first = _read_jsonl(run.output_dir / "prompts.jsonl")[0]
-    assert list(first) == ["prompt_index", "ground_truth", "n", "successes", *PASS_AT_1_2_4]
+    # maj@k by hand (garbage abstains): prompt 0 always right; prompt 1 wrong only when both
+    # drawn samples abstain (1 of 6 pairs); prompt 2 (right, wrong, wrong, none): maj@2 = 2 R+W
+    # ties at 1/2 + 1 R+none of 6 pairs, maj@4 = 0 since the wrong value has two votes.
+    expected_maj = {1: 1.75 / 6, 2: (1 + 5 / 6 + 1 / 3) / 6, 4: 2 / 6}
+    for k, expected in expected_maj.items():
+        assert summary.metrics[f"maj@{k}"] == pytest.approx(expected)
+    prompts = _read_jsonl(run.output_dir / "prompts.jsonl")
+    assert list(prompts[0]) == [
+        "prompt_index", "ground_truth", "n", "successes", *PASS_AT_1_2_4, *MAJ_AT_1_2_4
+    ]  # fmt: skip
+    assert (prompts[2]["pass@4"], prompts[2]["maj@4"]) == (1.0, 0.0)
+    samples = _read_jsonl(run.output_dir / "samples.jsonl")
+    target = str(rows[2]["reward_model"]["ground_truth"]["target"])
+    assert [s["answer_key"] for s in samples[8:12]][::3] == [target, None]  # right, garbage
+    assert samples[9]["answer_key"] == samples[10]["answer_key"] not in (target, None)
+    table = (run.output_dir / "summary.md").read_text()
+    assert table.index("| pass@4 |") < table.index("| maj@1 |") < table.index("| maj@4 |")
+    assert records.load_summary(run.output_dir) == summary
     with pytest.raises(EvalError, match="between 1 and"):
         evaluation.run_passk(run, rows, SamplingSettings(n=4), [8])
 
@@ -166,6 +199,27 @@ def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tok
     assert greedy.header.sampling["n"] == 1 and greedy.header.sampling["temperature"] == 0.0
     assert greedy.metrics["pass@1"] == pytest.approx(3 / 6)  # first responses: right x3
     assert greedy.metrics["mean_score"] == pytest.approx(3 / 6)
+
+
+def test_a_reward_without_answer_key_reports_no_maj_at_k(
+    tmp_path: Path, countdown_data: Path, tiny_tokenizer
+) -> None:
+    """maj@k is optional: a reward file with compute_score alone still runs passk, as before."""
+    plain = tmp_path / "plain_reward.py"
+    plain.write_text("from rewards.countdown import compute_score  # noqa: F401\n")
+    task = tasks.get("countdown")
+    assert task.load_answer_key() is not None  # the negative control: the shipped reward has one
+    without = replace(task, reward_file=plain)
+    assert without.load_answer_key() is None
+    run = replace(_scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer), task=without)
+    rows = evaluation.load_rows(countdown_data)
+    summary = evaluation.run_passk(run, rows, SAMPLED, [1, 2, 4])
+    assert not [key for key in summary.metrics if key.startswith("maj@")]
+    assert summary.metrics["pass@4"] == pytest.approx(3 / 6)
+    first = _read_jsonl(run.output_dir / "prompts.jsonl")[0]
+    assert list(first) == ["prompt_index", "ground_truth", "n", "successes", *PASS_AT_1_2_4]
+    assert "answer_key" not in _read_jsonl(run.output_dir / "samples.jsonl")[0]
+    assert "maj@" not in (run.output_dir / "summary.md").read_text()
 
 
 def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
@@ -350,7 +404,8 @@ def test_cli_every_command_on_the_tiny_model(
     code, _, err = cli("passk", *common, "--n", "4", "--output", str(tmp_path / "passk"))
     assert code == 0, err
     summary = json.loads((tmp_path / "passk/summary.json").read_text())
-    assert {"pass@1", "pass@4"} <= summary.keys() and summary["prompts"] == 4
+    assert {"pass@1", "pass@4", "maj@1", "maj@4"} <= summary.keys() and summary["prompts"] == 4
+    assert summary["maj@1"] == pytest.approx(summary["pass@1"])  # both: the success rate
     assert summary["reward_kwargs"] == {"format_score": 0.1, "shaping": False}  # training's
     code, out, err = cli(*common, "--output", str(tmp_path / "an"), "analyse", "--rollout_n", "3")
     assert code == 0, err

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards.gsm8k import (
+    answer_key,
     compute_score,
     extract_flexible,
     extract_strict,
@@ -186,3 +187,71 @@ def test_unknown_kwargs_fail_loudly_naming_the_valid_ones(kwargs: dict) -> None:
 def test_valid_kwargs_pass(kwargs: dict) -> None:
     validate_reward_kwargs(kwargs)  # the negative control
     assert compute_score("x", "#### 72", "72", **kwargs)["score"] == 1.0
+
+
+# --- answer_key: what maj@k votes on --------------------------------------------------------------
+
+
+def _agrees(response: object, truth: object, **kwargs: object) -> None:
+    """The vote key and the grader agree: the key is the truth's exactly when the score is 1."""
+    key = answer_key(response, truth, **kwargs)
+    result = compute_score("x", response, truth, **kwargs)
+    value = parse_ground_truth(truth)
+    truth_key = None if value is None else str(value)
+    assert (key is not None and key == truth_key) == (result["score"] == 1.0), (response, key)
+    assert (key is not None) == (result["format"] == 1.0)  # abstains exactly when unread
+
+
+@pytest.mark.parametrize(("response", "truth"), [c[1:3] for c in CASES], ids=[c[0] for c in CASES])
+def test_answer_key_agrees_with_the_grader_on_the_table(response: str, truth: str) -> None:
+    for method in ("strict", "flexible"):
+        _agrees(response, truth, method=method)
+        _agrees(response, truth, method=method, format_score=0.5)
+
+
+def test_answer_key_is_the_number() -> None:
+    keys = {answer_key(r) for r in ("#### 72", "#### 72.00", "#### $72", "####72 apples")}
+    assert keys == {"72"}  # one answer, however it is written
+    assert answer_key("#### 1,000") == answer_key("#### 1000") == "1000"
+    assert answer_key("#### 3.50") == "7/2" and answer_key("#### -$5") == "-5"
+    assert answer_key("#### 73") != answer_key("#### 72")
+    assert answer_key("so \\boxed{72}") is None  # strict reads no answer: abstains
+    assert answer_key("so \\boxed{72}", method="flexible") == "72"
+    for abstains in ("", "The total is 72.", "<think>#### 72</think>", None, 72):
+        assert answer_key(abstains) is None
+    assert answer_key("#### 72", "not a number") == "72"  # the truth does not change the key
+    with pytest.raises(ValueError, match="gsm8k reward"):
+        answer_key("#### 72", "72", method="loose")  # checked as compute_score does
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(-(10**9), 10**9),
+    st.integers(0, 99),
+    st.sampled_from(["", "$", " $"]),
+    st.integers(-2, 2),
+)
+def test_answer_key_agrees_with_the_grader(whole: int, cents: int, prefix: str, off: int) -> None:
+    response = f"work...\n####{prefix}{whole:,}.{cents:02d} units"
+    truth = f"{whole + off}.{cents:02d}"
+    for method in ("strict", "flexible"):
+        _agrees(response, truth, method=method)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_answer_key_never_raises_and_agrees_on_any_text(text: str) -> None:
+    for method in ("strict", "flexible"):
+        for wrapped in (text, "#### " + text, "the answer is " + text, "\\boxed{" + text):
+            _agrees(wrapped, "72", method=method)
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_answer_key_adversarial_fast(name: str) -> None:
+    best = float("inf")
+    for method in ("strict", "flexible"):
+        for _ in range(3):
+            start = time.perf_counter()
+            answer_key(ADVERSARIAL[name], "72", method=method)
+            best = min(best, time.perf_counter() - start)
+    assert best < 0.05

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
+import time
+from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.evaluation import metrics
@@ -158,3 +161,103 @@ def test_outcome_entropy_matches_seed_scale() -> None:
     high = next(p / 1000 for p in range(1, 500) if metrics.binary_entropy(p / 1000) >= 0.8)
     assert 0.02 < low < 0.04 and 0.23 < high < 0.25
     assert not math.isnan(metrics.binary_entropy(1e-300))
+
+
+# --- maj@k ---------------------------------------------------------------------------------------
+
+
+def _maj_at_k_brute_force(votes: list[metrics.Vote], k: int) -> float:
+    """Every k-subset voted on: the most-voted answer wins, ties split evenly, abstentions
+    (None) never vote, and a subset of abstentions only is wrong."""
+    total = 0.0
+    subsets = list(itertools.combinations(votes, k))
+    for subset in subsets:
+        tally = Counter(vote for vote in subset if vote[0] is not None)
+        if tally:
+            top = max(tally.values())
+            winners = [ok for (_, ok), count in tally.items() if count == top]
+            total += sum(winners) / len(winners)
+    return total / len(subsets)
+
+
+def _random_votes(rng: random.Random, n: int) -> list[metrics.Vote]:
+    """n samples over a few answers, at most one of them correct, some abstaining."""
+    answers = rng.randint(1, 4)
+    correct = rng.randrange(answers + 1)  # == answers: no correct answer
+    abstain = rng.random() * 0.5
+    return [
+        (None, False) if rng.random() < abstain else (f"a{a}", a == correct)
+        for a in (rng.randrange(answers) for _ in range(n))
+    ]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_maj_at_k_equals_enumeration(seed: int) -> None:
+    rng = random.Random(seed)
+    ties = 0
+    for _ in range(150):
+        n = rng.randint(1, 10)
+        votes = _random_votes(rng, n)
+        for k in range(1, n + 1):
+            expected = _maj_at_k_brute_force(votes, k)
+            assert metrics.maj_at_k(votes, k) == pytest.approx(expected, abs=1e-12), (votes, k)
+        counts = Counter(v for v in votes if v[0] is not None).values()
+        ties += len(counts) > 1 and len(set(counts)) < len(counts)
+    assert ties > 10  # the cases do exercise ties
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, "a", "b", "c"]), st.booleans()), min_size=1, max_size=9
+    ),
+    st.integers(1, 9),
+)
+def test_maj_at_k_equals_enumeration_any_grades(raw: list[metrics.Vote], k: int) -> None:
+    """Also when the key and the grade disagree (several correct answers, a key both right and
+    wrong, a successful abstention): each sample votes with its own grade."""
+    k = min(k, len(raw))
+    assert metrics.maj_at_k(raw, k) == pytest.approx(_maj_at_k_brute_force(raw, k), abs=1e-12)
+
+
+def test_maj_at_k_by_hand() -> None:
+    right, wrong, none = ("13", True), ("7", False), (None, False)
+    assert metrics.maj_at_k([right, wrong], 2) == 0.5  # a tie is split evenly
+    assert metrics.maj_at_k([right, wrong, ("9", False)], 3) == pytest.approx(1 / 3)
+    assert metrics.maj_at_k([right, none, none], 3) == 1.0  # abstentions never outvote
+    assert metrics.maj_at_k([none, none], 2) == 0.0  # all abstain: wrong
+    assert metrics.maj_at_k([right, wrong, wrong], 3) == 0.0  # wrong 2:1
+    # (R, W, W, none), k=2: R+W ties twice (1/2 each), R+none once, of 6 pairs
+    assert metrics.maj_at_k([right, wrong, wrong, none], 2) == pytest.approx(2 / 6)
+    # the negative control: pass@2 of the same samples counts any success, so it is higher
+    assert metrics.pass_at_k(4, 1, 2) == pytest.approx(3 / 6)
+
+
+@given(st.integers(0, 10**6))
+def test_maj_at_1_is_the_success_rate_and_maj_at_n_the_plain_majority(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    votes = _random_votes(rng, n)
+    assert metrics.maj_at_k(votes, 1) == pytest.approx(sum(ok for _, ok in votes) / n)
+    tally = Counter(v for v in votes if v[0] is not None)
+    top = max(tally.values(), default=0)
+    winners = [ok for (_, ok), count in tally.items() if count == top]
+    majority = sum(winners) / len(winners) if winners else 0.0
+    assert metrics.maj_at_k(votes, n) == pytest.approx(majority)
+    assert 0.0 <= metrics.maj_at_k(votes, rng.randint(1, n)) <= 1.0
+
+
+def test_maj_at_k_is_fast_for_large_groups() -> None:
+    """No subsets are enumerated: C(64, 32) ~ 1.8e18 of them here."""
+    rng = random.Random(0)
+    votes = [(str(rng.randrange(20)), False) for _ in range(60)] + [("right", True)] * 4
+    start = time.perf_counter()
+    values = [metrics.maj_at_k(votes, k) for k in (1, 4, 8, 16, 32, 64)]
+    assert time.perf_counter() - start < 2.0
+    assert values[0] == pytest.approx(4 / 64) and values[-1] == 0.0  # "right" (4) is outvoted
+
+
+@pytest.mark.parametrize("n,k", [(4, 0), (4, 5), (0, 1)])
+def test_maj_at_k_rejects_impossible_k(n: int, k: int) -> None:
+    with pytest.raises(ValueError, match="maj@k"):
+        metrics.maj_at_k([("a", True)] * n, k)

@@ -231,7 +231,9 @@ def _add_model_commands(commands: Subcommands, task: str) -> None:
         parents=[common],
         help="greedy decoding: mean score, pass@1, format rate, mean response length",
     )
-    passk = commands.add_parser("passk", parents=[common], help="unbiased pass@k from n samples")
+    passk = commands.add_parser(
+        "passk", parents=[common], help="unbiased pass@k and maj@k from n samples"
+    )
     _add_sampling_options(passk)
     passk.add_argument(
         "--k", type=_k_list, help="k values, each <= n (default: 1,4,8,16 up to n, and n)"

@@ -1,4 +1,4 @@
-"""Eval and signal-probing metrics: unbiased pass@k, per-prompt reward statistics, the verdict.
+"""Eval and signal-probing metrics: pass@k, maj@k, per-prompt reward statistics, the verdict.
 
 Pure Python on lists of scores, so every number here can be checked by hand. A sample "succeeds"
 when its score is exactly 1.0 (the rewards give 1.0 only to a correct answer; format credit and
@@ -8,6 +8,7 @@ shaping stay below it).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -112,6 +113,69 @@ def mean(values: Sequence[float]) -> float:
 def passk_summary(success_counts: Sequence[int], n: int, ks: Sequence[int]) -> dict[str, float]:
     """Mean unbiased pass@k over prompts, for each k (``{"pass@1": ..., "pass@4": ...}``)."""
     return {f"pass@{k}": mean([pass_at_k(n, c, k) for c in success_counts]) for k in ks}
+
+
+Vote = tuple[str | None, bool]  # one sample's answer (None: it gives none) and its success
+
+
+def maj_at_k(votes: Sequence[Vote], k: int) -> float:
+    """maj@k from n samples: the chance that a majority vote over k of them, drawn without
+    replacement, picks a correct answer (exact over all C(n, k) subsets, like ``pass_at_k``).
+
+    Samples vote for their answer; answerless ones (None) abstain. The answer with the most votes
+    wins; a tie is split evenly (each of j tied answers wins with chance 1/j); when every drawn
+    sample abstains nothing wins, which counts as wrong. An answer is correct when its samples
+    succeed; should a reward's answer key and grader disagree, the answer's succeeding and failing
+    samples vote as two answers, so each sample still votes with its own grade.
+
+    Cost: per correct answer and vote count, a knapsack over the other answers (at worst
+    answers x k^2 integer steps): milliseconds per prompt for n <= 64, seconds at n = 256 with
+    k = n/2. k = n, a single subset, is counted directly.
+    """
+    n = len(votes)
+    if not 1 <= k <= n:
+        raise ValueError(f"maj@k needs 1 <= k <= n (n={n}, k={k})")
+    answers = Counter((key, ok) for key, ok in votes if key is not None)
+    if k == n:  # one subset: the plain majority of all n
+        top = max(answers.values(), default=0)
+        winners = [ok for (_, ok), size in answers.items() if size == top]
+        return sum(winners) / len(winners) if winners else 0.0
+    abstaining = n - sum(answers.values())
+    # Tie shares 1/(j+1) over a common denominator keep every sum an exact integer.
+    denominator = math.lcm(*range(1, min(len(answers), k) + 1))
+    won = 0  # over all k-subsets: correct winners x denominator / winners
+    for (key, correct), size in answers.items():
+        if not correct:
+            continue
+        others = [m for answer, m in answers.items() if answer != (key, correct)]
+        for drawn in range(1, min(size, k) + 1):  # the correct answer's votes in the subset
+            ties = _tie_counts(others, abstaining, drawn, k - drawn)
+            shares = sum(ways * (denominator // (j + 1)) for j, ways in enumerate(ties))
+            won += math.comb(size, drawn) * shares
+    return won / (denominator * math.comb(n, k))
+
+
+def _tie_counts(sizes: Sequence[int], abstaining: int, cap: int, draws: int) -> list[int]:
+    """``counts[j]``: the ways to draw ``draws`` samples from the abstentions and from answers of
+    the given sizes with no answer above ``cap`` votes and exactly j answers at ``cap``.
+
+    Abstentions and answers smaller than ``cap`` can be drawn freely (they can neither beat nor
+    tie it), so they form one pool; a knapsack runs over the others (no subsets enumerated):
+    ``ways[s][j]`` counts draws of s samples so far with j answers at the cap.
+    """
+    free = abstaining + sum(m for m in sizes if m < cap)
+    ways = [[math.comb(free, s)] for s in range(draws + 1)]
+    most_ties = draws // cap
+    for size in (m for m in sizes if m >= cap):
+        grown = [[0] * min(len(ways[0]) + 1, most_ties + 1) for _ in range(draws + 1)]
+        for s, by_ties in enumerate(ways):
+            for taken in range(min(cap, draws - s) + 1):
+                choose, row, tied = math.comb(size, taken), grown[s + taken], int(taken == cap)
+                # j + tied answers at the cap need (j + tied) * cap <= draws samples: the rest is 0
+                for j, count in enumerate(by_ties[: len(row) - tied]):
+                    row[j + tied] += choose * count
+        ways = grown
+    return ways[draws]
 
 
 def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, float | None]:

@@ -25,6 +25,7 @@ from rlvr.evaluation.metrics import PromptStats, Verdict
 JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
 JSONDict: TypeAlias = dict[str, JSONValue]
 Fields: TypeAlias = Mapping[str, object]  # a record as json.loads hands it back
+ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
 
 
 def jsonable(value: object) -> JSONValue:
@@ -125,7 +126,9 @@ class GradedSample:
     response_tokens: int
     finish_reason: str  # "stop" or "length" (hit max_tokens)
     mean_neg_logprob: float | None
-    parts: JSONDict  # everything the reward returned: score, format, valid, correct...
+    # Everything the reward returned (score, format, valid, correct...), and its answer_key when
+    # the reward file defines one (a string, or None for no answer: what maj@k votes on).
+    parts: JSONDict
     logprobs: list[float] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +143,12 @@ class GradedSample:
     def format(self) -> float:
         """The reward's ``format`` part (1.0 = a parsable answer); 0.0 when it has none."""
         return _as_float(self.parts.get("format")) or 0.0
+
+    @property
+    def answer_key(self) -> str | None:
+        """The answer this response gives (``answer_key`` of the reward file), None for none."""
+        key = self.parts.get(ANSWER_KEY)
+        return key if isinstance(key, str) else None
 
     def to_json(self) -> JSONDict:
         return {
@@ -172,13 +181,15 @@ class GradedSample:
 
 @dataclass(frozen=True)
 class PassKRecord:
-    """One prompt of a ``passk`` run: its successes among n samples and pass@k for each k."""
+    """One prompt of a ``passk`` run: its successes among n samples, pass@k for each k and, when
+    the reward names answers, maj@k for each k."""
 
     prompt_index: int
     ground_truth: JSONValue
     n: int
     successes: int
     pass_at: dict[int, float]  # k -> unbiased pass@k
+    maj_at: dict[int, float] = field(default_factory=dict)  # k -> maj@k; empty: no answer keys
 
     def to_json(self) -> JSONDict:
         return {
@@ -187,6 +198,7 @@ class PassKRecord:
             "n": self.n,
             "successes": self.successes,
             **{f"pass@{k}": value for k, value in self.pass_at.items()},
+            **{f"maj@{k}": value for k, value in self.maj_at.items()},
         }
 
 

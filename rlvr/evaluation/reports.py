@@ -24,15 +24,19 @@ REPORT_METRICS = (
     ("truncated_rate", "truncated (hit max_tokens)", "pct"),
 )
 PASSK_KEY = re.compile(r"^pass@(\d+)$")
+MAJK_KEY = re.compile(r"^maj@(\d+)$")
+
+
+def _at_k(summary: Summary, pattern: re.Pattern[str]) -> list[str]:
+    """The summary's ``pass@k`` (or ``maj@k``) keys, smallest k first."""
+    found = [key for key in summary.metrics if pattern.match(key)]
+    return sorted(found, key=lambda key: int(key.split("@")[1]))
 
 
 def _report_keys(summary: Summary) -> list[tuple[str, str, str]]:
-    passk = sorted(
-        (k for k in summary.metrics if PASSK_KEY.match(k) and k != "pass@1"),
-        key=lambda k: int(k.split("@")[1]),
-    )
+    at_k = [k for k in _at_k(summary, PASSK_KEY) if k != "pass@1"] + _at_k(summary, MAJK_KEY)
     keys = [row for row in REPORT_METRICS if summary.metrics.get(row[0]) is not None]
-    return keys[:2] + [(k, k, "pct") for k in passk] + keys[2:]
+    return keys[:2] + [(k, k, "pct") for k in at_k] + keys[2:]
 
 
 def _format(value: float, kind: str) -> str:

@@ -28,6 +28,7 @@ from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Backend, Generation, SamplingSettings
 from rlvr.evaluation.outputs import staged_run_dir
 from rlvr.evaluation.records import (
+    ANSWER_KEY,
     AnalyseRecord,
     GradedSample,
     JSONDict,
@@ -42,6 +43,14 @@ from rlvr.tasks import TaskSpec
 
 Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus "_index"
 RewardFunction = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class Grader:
+    """The reward file's functions: ``compute_score`` and, when it has one, ``answer_key``."""
+
+    compute_score: RewardFunction
+    answer_key: Callable[..., object] | None = None
 
 
 def experiment_settings(experiment: str, task: TaskSpec | None = None) -> tuple[JSONDict, JSONDict]:
@@ -189,7 +198,7 @@ class EvalRun:
         from tqdm import tqdm
 
         check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
-        compute_score = self.task.load_reward()
+        grader = Grader(self.task.load_reward(), self.task.load_answer_key())
         graded: list[list[GradedSample]] = []
         with (
             open(folder / "samples.jsonl", "x") as samples_file,
@@ -204,7 +213,7 @@ class EvalRun:
             for start in range(0, len(rows), self.prompts_per_chunk):
                 chunk = rows[start : start + self.prompts_per_chunk]
                 chunk_sampling = replace(sampling, seed=sampling.seed + start)
-                groups = self._grade_chunk(compute_score, chunk, chunk_sampling)
+                groups = self._grade_chunk(grader, chunk, chunk_sampling)
                 for sample in (s for group in groups for s in group):
                     samples_file.write(json.dumps(sample.to_json()) + "\n")
                 samples_file.flush()
@@ -213,26 +222,26 @@ class EvalRun:
         return graded
 
     def _grade_chunk(
-        self, compute_score: RewardFunction, chunk: Sequence[Row], sampling: SamplingSettings
+        self, grader: Grader, chunk: Sequence[Row], sampling: SamplingSettings
     ) -> list[list[GradedSample]]:
         tokenizer = tokenizer_of(self.backend)
         prompts = [render_prompt(tokenizer, row["prompt"], **self.template_kwargs) for row in chunk]
         generations = self.backend.generate(prompts, sampling)
         return [
-            [self._grade(compute_score, row, len(ids), k, g) for k, g in enumerate(group)]
+            [self._grade(grader, row, len(ids), k, g) for k, g in enumerate(group)]
             for row, ids, group in zip(chunk, prompts, generations, strict=True)
         ]
 
     def _grade(
         self,
-        compute_score: RewardFunction,
+        grader: Grader,
         row: Row,
         prompt_tokens: int,
         sample: int,
         generation: Generation,
     ) -> GradedSample:
         ground_truth = row["reward_model"]["ground_truth"]
-        result = compute_score(
+        result = grader.compute_score(
             row["data_source"],
             generation.text,
             ground_truth,
@@ -240,6 +249,9 @@ class EvalRun:
             **self.reward_kwargs,
         )
         parts = result if isinstance(result, dict) else {"score": result}  # verl allows a float
+        if grader.answer_key is not None:
+            key = grader.answer_key(generation.text, ground_truth, **self.reward_kwargs)
+            parts = {**parts, ANSWER_KEY: None if key is None else str(key)}
         logprobs = list(generation.logprobs)
         return GradedSample(
             prompt_index=row["_index"],
@@ -314,12 +326,16 @@ def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) ->
 def run_passk(
     run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings, ks: Sequence[int]
 ) -> Summary:
-    """n samples per prompt; the unbiased pass@k for each k."""
+    """n samples per prompt; the unbiased pass@k for each k, and maj@k when the reward file
+    names each response's answer (``answer_key``)."""
     n = sampling.n
     check_passk(n, ks)
+    voting = run.task.load_answer_key() is not None
     with staged_run_dir(run.output_dir, run.force) as folder:
         graded = run.sample_and_grade(rows, sampling, folder)
         successes = [sum(metrics.is_success(s.score) for s in group) for group in graded]
+        votes = [[(s.answer_key, metrics.is_success(s.score)) for s in group] for group in graded]
+        maj_at = [{k: metrics.maj_at_k(v, k) for k in ks} if voting else {} for v in votes]
         records = [
             PassKRecord(
                 prompt_index=group[0].prompt_index,
@@ -327,13 +343,15 @@ def run_passk(
                 n=n,
                 successes=c,
                 pass_at={k: metrics.pass_at_k(n, c, k) for k in ks},
+                maj_at=majority,
             )
-            for group, c in zip(graded, successes, strict=True)
+            for group, c, majority in zip(graded, successes, maj_at, strict=True)
         ]
         write_jsonl(folder / "prompts.jsonl", (r.to_json() for r in records))
+        majk = {f"maj@{k}": metrics.mean([m[k] for m in maj_at]) for k in ks} if voting else {}
         summary = Summary(
             run.header("passk", sampling, len(rows)),
-            {**response_summary(graded), **metrics.passk_summary(successes, n, ks)},
+            {**response_summary(graded), **metrics.passk_summary(successes, n, ks), **majk},
         )
         write_summary(folder, summary)
     return summary

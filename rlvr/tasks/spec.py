@@ -24,10 +24,21 @@ from rlvr.common.paths import ARTIFACTS, CONFIG_DIR, ROOT
 from rlvr.data.prep import PrepResult
 
 RewardFunction = Callable[..., dict[str, Any]]
+AnswerKeyFunction = Callable[..., str | None]
 
 
 class TaskError(Exception):
     """A task name or task file that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class HackingPattern:
+    """A response shape the reward scores above 0 that breaks the spirit of the task's output
+    contract (the run report's reward-hacking alarm, rlvr/report/alarms.py, counts them)."""
+
+    name: str  # short id, shown in the report
+    description: str  # one line: what the response does
+    matches: Callable[[str, str], bool]  # (prompt, response) -> whether it shows the pattern
 
 
 @dataclass(frozen=True)
@@ -44,12 +55,15 @@ class TaskSpec:
     eval_split: str = "test"
     prep_flags: str = ""  # flags the prep hint adds, e.g. " --val_size 500"
     config_dir: Path = CONFIG_DIR  # the config root holding task/<name>.yaml
+    # Held-out checks of rewarded responses (the module's optional HACKING_PATTERNS).
+    hacking_patterns: tuple[HackingPattern, ...] = ()
 
     @classmethod
     def from_module(cls, module: ModuleType, **fields: Any) -> TaskSpec:
         """A spec from a task module's conventional names (``DATA_SOURCE``,
-        ``add_prep_arguments``, ``prepare_from_args``, ``offline_data``), named after the module,
-        graded by ``rewards/<name>.py``; ``fields`` give the rest or override."""
+        ``add_prep_arguments``, ``prepare_from_args``, ``offline_data``, optional
+        ``HACKING_PATTERNS``), named after the module, graded by ``rewards/<name>.py``;
+        ``fields`` give the rest or override."""
         name = module.__name__.rsplit(".", 1)[-1]
         conventional: dict[str, Any] = {
             "name": name,
@@ -58,6 +72,7 @@ class TaskSpec:
             "add_prep_arguments": module.add_prep_arguments,
             "prepare": module.prepare_from_args,
             "offline_data": module.offline_data,
+            "hacking_patterns": tuple(getattr(module, "HACKING_PATTERNS", ())),
         }
         return cls(**{**conventional, **fields})
 
@@ -82,6 +97,13 @@ class TaskSpec:
 
     def load_reward(self) -> RewardFunction:
         return load_reward_function(self.reward_file)
+
+    def load_answer_key(self) -> AnswerKeyFunction | None:
+        """The reward file's optional ``answer_key(solution_str, ground_truth, **reward_kwargs)``:
+        the answer a response gives (None: none), which eval's maj@k votes on. None when the
+        file defines none (then maj@k is not reported)."""
+        function = getattr(load_reward_module(self.reward_file), "answer_key", None)
+        return function if callable(function) else None
 
     def check_reward_kwargs(self, kwargs: Mapping[str, object]) -> None:
         """Raise TaskError (one line: the bad name or value, and the valid names) unless the
