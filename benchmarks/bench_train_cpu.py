@@ -12,7 +12,7 @@ the end). Repetitions alternate which side goes first. Each launch has a hard ti
 Ray temp dir, and only that Ray's leftover processes are cleaned up.
 
 Per-step metrics come from each run's structured records: the current tree's ``metrics.jsonl``
-(verl's file logger, ``rlvr.train.metrics_log.read_steps``) and, for a commit without it (such as
+(verl's file logger, ``rlvr.report.metrics_log.read_steps``) and, for a commit without it (such as
 a3b0be1), its offline wandb run file (``rlvr.train.rehearsal_checks.wandb_history``). The table
 holds the median of each ``timing_s/*`` key over the steps after the first (which warms up), and
 of ``perf/throughput``, verl's tokens (prompt and response) per second per GPU; the last line is
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.common import processes
-from rlvr.train.metrics_log import read_steps
+from rlvr.report.metrics_log import read_steps
 from rlvr.train.rehearsal_checks import wandb_history
 
 ROOT = Path(__file__).resolve().parents[1]

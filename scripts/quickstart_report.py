@@ -6,7 +6,7 @@ Usage: uv run scripts/quickstart_report.py --out DIR --greedy BEFORE AFTER --sam
 Each delta is paired over prompts (per-prompt mean after minus before; Student t 95% interval,
 rlvr/evaluation/paired.py); runs on different prompts or with different sampling are refused
 (exit code 2). Prints a Markdown table, writes DIR/reward_curve.png (critic/score/mean per step
-and the validation rates, from the run's metrics.jsonl: rlvr/train/curves.py) and
+and the validation rates, from the run's metrics.jsonl: rlvr/report/curves.py) and
 DIR/quickstart_report.json with sampled_score_delta, sampled_score_delta_ci95 and seconds.
 """
 
@@ -21,7 +21,7 @@ from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
-from rlvr.train.curves import plot_reward_curve
+from rlvr.report.curves import plot_reward_curve
 
 
 def build_parser() -> argparse.ArgumentParser:

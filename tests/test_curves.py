@@ -1,4 +1,4 @@
-"""The reward curve of a training run (rlvr/train/curves.py), from its metrics.jsonl."""
+"""The reward curve of a training run (rlvr/report/curves.py), from its metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train.curves import REWARD_KEY, CurveData, Series, moving_average, plot_reward_curve
-from rlvr.train.metrics_log import read_steps
+from rlvr.report.curves import REWARD_KEY, CurveData, Series, moving_average, plot_reward_curve
+from rlvr.report.metrics_log import read_steps
 
 
 def write_metrics(path: Path, rewards: list[float], validate_at: tuple[int, ...] = (0,)) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import run_bounded, wandb_records
 
-from rlvr.train.metrics_log import read_steps
+from rlvr.report.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TIMEOUT_S = 1500

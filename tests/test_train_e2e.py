@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import countdown_workdir, cpu_launch, run_bounded, wandb_records
 
-from rlvr.train.metrics_log import read_steps
+from rlvr.report.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900

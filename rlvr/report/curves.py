@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.train.metrics_log import StepRecord, read_steps
+from rlvr.report.metrics_log import StepRecord, read_steps
 
 REWARD_KEY = "critic/score/mean"
 REWARD_RANGE_KEYS = ("critic/score/min", "critic/score/max")

@@ -3,6 +3,6 @@
 - ``grid``: the spec, grid axes, points and their run names.
 - ``runner``: running the points, one bounded launcher run each.
 - ``folder``: the sweep folder's layout, run statuses, reading a sweep back.
-- ``history``: a run's verdict from its per-step records (``rlvr.train.metrics_log``).
+- ``history``: a run's verdict from its per-step records (``rlvr.report.metrics_log``).
 - ``tables`` and ``plots``: results as CSV/Markdown and figures.
 """

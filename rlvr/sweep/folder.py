@@ -28,7 +28,7 @@ from rlvr.sweep.grid import (
     value_key,
 )
 from rlvr.sweep.history import RunSummary, summarise_history
-from rlvr.train.metrics_log import StepRecord, read_steps
+from rlvr.report.metrics_log import StepRecord, read_steps
 
 SWEEP_RECORD = "sweep.json"
 STATUS_FILE = "status.json"

@@ -1,6 +1,6 @@
 """One run's verdict from its per-step records: final reward, best validation, collapse.
 
-The records come from the run's ``metrics.jsonl`` (``rlvr.train.metrics_log.read_steps``), so
+The records come from the run's ``metrics.jsonl`` (``rlvr.report.metrics_log.read_steps``), so
 nothing is re-run to score a point.
 """
 
@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlvr.train.metrics_log import StepRecord
+from rlvr.report.metrics_log import StepRecord
 
 REWARD_KEY = "critic/score/mean"  # mean sequence reward of the step's rollouts
 # A run whose loss or gradient goes non-finite has collapsed whatever its reward says.

@@ -34,7 +34,7 @@ from rlvr.sweep.folder import (
 from rlvr.sweep.grid import GridPoint, SweepError, SweepSpec, grid_points
 from rlvr.sweep.history import summarise_history
 from rlvr.sweep.tables import fmt
-from rlvr.train.metrics_log import StepRecord
+from rlvr.report.metrics_log import StepRecord
 
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|Traceback|problem)")

@@ -1,0 +1,404 @@
+"""The run report (rlvr/report, scripts/report.py): each alarm must fire on its case and stay
+quiet on a healthy one, the task's hacking patterns, and the CLI end to end.
+
+Fixtures (tests/data/report/): quickstart_smollm2/ and bench3/ are real recorded metrics;
+countdown_run/ and gsm8k_run/ are constructed in verl's formats by make_fixtures.py there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from rlvr import report as run_report
+from rlvr.report import alarms
+from rlvr.report.alarms import FIRED, NO_DATA, OK, Alarm
+from rlvr.report.markdown import step_ranges
+from rlvr.report.records import Rollout, RunRecords, group_stats, load_run, zero_spread_series
+from rlvr.tasks import countdown, gsm8k
+from rlvr.tasks.spec import TaskSpec
+from rlvr.report.metrics_log import StepRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "report"
+SCRIPT = ROOT / "scripts" / "report.py"
+
+
+def records(
+    metrics: Mapping[str, Sequence[float]],
+    val: Mapping[int, float] | None = None,
+    rollouts: Mapping[int, Sequence[Rollout]] | None = None,
+    task: TaskSpec | None = None,
+) -> RunRecords:
+    """Constructed records: ``metrics[key][i]`` is logged at training step i + 1; ``val`` maps
+    a step to val-core/countdown/acc/mean@1 (step 0 holds only validation)."""
+    steps: dict[int, dict[str, float]] = {}
+    for key, values in metrics.items():
+        for i, value in enumerate(values):
+            steps.setdefault(i + 1, {})[key] = value
+    for step, value in (val or {}).items():
+        steps.setdefault(step, {})["val-core/countdown/acc/mean@1"] = value
+    logged = tuple(StepRecord(step, data) for step, data in sorted(steps.items()))
+    dumped = {step: tuple(rs) for step, rs in (rollouts or {}).items()}
+    return RunRecords(Path("run"), logged, dumped, task)
+
+
+def real(name: str) -> RunRecords:
+    return load_run(DATA / name)
+
+
+def group(step: int, prompt: str, scores: Sequence[float], output: str = "x") -> list[Rollout]:
+    return [Rollout(step, prompt, output, score) for score in scores]
+
+
+# --- entropy collapse -------------------------------------------------------------------------
+
+
+def test_entropy_collapse_fires_on_the_recorded_quickstart() -> None:
+    alarm = alarms.entropy_collapse(real("quickstart_smollm2"))  # 1.18 -> 0.26 -> 0.22 -> 0.12
+    assert alarm.status == FIRED and alarm.steps == (3, 4)
+
+
+def test_entropy_collapse_stays_quiet_on_a_recorded_run_whose_entropy_rose() -> None:
+    assert alarms.entropy_collapse(real("bench3")).status == OK  # 1.94 -> 2.54
+
+
+def test_entropy_below_the_absolute_floor_fires_even_from_a_low_start() -> None:
+    low = records({alarms.ENTROPY: [0.012, 0.011, 0.011, 0.005]})
+    assert alarms.entropy_collapse(low).steps == (4,)
+    steady = records({alarms.ENTROPY: [0.3, 0.25, 0.3, 0.28]})
+    assert alarms.entropy_collapse(steady).status == OK
+    assert alarms.entropy_collapse(records({})).status == NO_DATA
+
+
+# --- zero-spread groups -----------------------------------------------------------------------
+
+
+def test_zero_spread_fires_when_most_groups_score_alike() -> None:
+    dump = [
+        *group(5, "p1", [0, 0, 0, 0]),
+        *group(5, "p2", [0.1, 0.1, 0.1, 0.1]),
+        *group(5, "p3", [1, 1, 1, 1]),
+        *group(5, "p4", [0, 1, 0.1, 0]),
+    ]
+    alarm = alarms.zero_spread_groups(records({}, rollouts={5: dump}))
+    assert alarm.status == FIRED and alarm.steps == (5,)
+    assert group_stats(dump).share == 0.75
+
+
+def test_zero_spread_stays_quiet_when_half_the_groups_disagree() -> None:
+    dump = [*group(5, "p1", [0, 0, 0, 0]), *group(5, "p2", [0, 1, 0, 0])]
+    assert alarms.zero_spread_groups(records({}, rollouts={5: dump})).status == OK
+
+
+def test_zero_spread_reads_an_all_equal_batch_from_the_recorded_metrics() -> None:
+    # quickstart steps 3 and 4: critic/score/min == max == 0.1 (every response at the format score)
+    run = real("quickstart_smollm2")
+    assert zero_spread_series(run) == [(3, 1.0, "metrics"), (4, 1.0, "metrics")]
+    alarm = alarms.zero_spread_groups(run)
+    assert alarm.steps == (3, 4) and "0.1" in alarm.detail
+    # bench3 step 3: every response scored 0 (grad norm 0.018); its other steps are unknown
+    assert alarms.zero_spread_groups(real("bench3")).steps == (3,)
+    assert alarms.zero_spread_groups(real("countdown_run")).status == OK  # dumps: at most 50%
+
+
+# --- response length --------------------------------------------------------------------------
+
+
+def test_length_collapse_fires_when_responses_lose_most_tokens() -> None:
+    run = records({alarms.LENGTH: [200, 210, 190, 150, 45]})
+    alarm = alarms.length_collapse(run)
+    assert alarm.status == FIRED and alarm.steps == (5,)
+    healthy = records({alarms.LENGTH: [200, 210, 190, 150, 160]})
+    assert alarms.length_collapse(healthy).status == OK
+    assert alarms.length_collapse(records({alarms.LENGTH: [200, 10]})).status == NO_DATA
+
+
+def test_length_runaway_fires_on_growth_and_on_clipped_responses() -> None:
+    grows = records({alarms.LENGTH: [100, 110, 105, 250, 400]})
+    assert alarms.length_runaway(grows).steps == (5,)
+    clipped = records({alarms.LENGTH_CLIP: [0.0, 0.02, 0.3]})
+    assert alarms.length_runaway(clipped).steps == (3,)
+    healthy = records({alarms.LENGTH: [100, 110, 105, 250, 300], alarms.LENGTH_CLIP: [0.05] * 5})
+    assert alarms.length_runaway(healthy).status == OK
+
+
+def test_length_runaway_reads_the_recorded_quickstart_clip_ratio() -> None:
+    # max_response_length 32: 41% of the first step's responses were cut
+    assert alarms.length_runaway(real("quickstart_smollm2")).steps == (1,)
+
+
+# --- PPO clip ratio ---------------------------------------------------------------------------
+
+
+def test_pg_clipfrac_fires_above_its_limit_only() -> None:
+    assert alarms.pg_clip_high(records({alarms.PG_CLIPFRAC: [0.01, 0.15, 0.02]})).steps == (2,)
+    assert alarms.pg_clip_high(records({alarms.PG_CLIPFRAC: [0.01, 0.03, 0.09]})).status == OK
+    assert alarms.pg_clip_high(real("quickstart_smollm2")).status == OK  # recorded: 0.0
+
+
+# --- grad norm --------------------------------------------------------------------------------
+
+
+def test_grad_norm_spike_fires_against_the_recent_median() -> None:
+    run = records({alarms.GRAD_NORM: [0.1, 0.12, 0.09, 0.11, 0.8, 0.1]})
+    assert alarms.grad_norm_spikes(run).steps == (5,)
+    assert alarms.grad_norm_spikes(
+        records({alarms.GRAD_NORM: [0.1, 0.1, 0.1, math.nan]})
+    ).steps == (4,)
+
+
+def test_grad_norm_stays_quiet_on_recorded_runs_with_zero_norm_steps() -> None:
+    # recorded: 3.5, 1.7, 0.019, 0.02 and 7.1, 3.9, 0.018, 3.6, 2.7, 4.0; zero-signal batches
+    # (grad norm 0) are no level to spike against
+    assert alarms.grad_norm_spikes(real("quickstart_smollm2")).status == OK
+    assert alarms.grad_norm_spikes(real("bench3")).status == OK
+    zeros = records({alarms.GRAD_NORM: [0.0, 0.0, 0.0, 0.0, 2.0, 2.1, 1.9, 2.2]})
+    assert alarms.grad_norm_spikes(zeros).status == OK
+
+
+# --- validation vs training -------------------------------------------------------------------
+
+
+def test_validation_divergence_fires_when_validation_falls_while_training_rises() -> None:
+    rising = {alarms.SCORE: [0.1 + 0.05 * i for i in range(12)]}
+    alarm = alarms.validation_divergence(records(rising, {0: 0.2, 4: 0.35, 8: 0.32, 12: 0.25}))
+    assert alarm.status == FIRED and alarm.steps == (12,)  # 8 fell 0.03: within noise
+    assert "step 4" in alarm.detail
+
+
+def test_validation_divergence_stays_quiet_when_both_move_together() -> None:
+    rising = {alarms.SCORE: [0.1 + 0.05 * i for i in range(12)]}
+    falling = {alarms.SCORE: [0.7 - 0.05 * i for i in range(12)]}
+    together = {0: 0.2, 4: 0.35, 8: 0.3, 12: 0.25}
+    assert alarms.validation_divergence(records(falling, together)).status == OK
+    assert alarms.validation_divergence(records(rising, {0: 0.2, 6: 0.3, 12: 0.4})).status == OK
+    assert alarms.validation_divergence(records(rising, {0: 0.2})).status == NO_DATA
+
+
+# --- reward hacking ---------------------------------------------------------------------------
+
+
+def test_reward_hacking_fires_on_the_constructed_countdown_and_gsm8k_dumps() -> None:
+    for name, task in (("countdown_run", "countdown"), ("gsm8k_run", "gsm8k")):
+        run = real(name)
+        assert run.task is not None and run.task.name == task  # from val-core/<data_source>/
+        alarm = alarms.reward_hacking(run)
+        assert alarm.status == FIRED and alarm.steps == (8, 12), (name, alarm)
+        assert alarm.examples
+
+
+def test_reward_hacking_stays_quiet_on_clean_or_unrewarded_responses() -> None:
+    run = real("countdown_run")
+    clean = {step: rs for step, rs in run.rollouts.items() if step == 4}  # before the hacks
+    assert alarms.reward_hacking(records({}, rollouts=clean, task=run.task)).status == OK
+    unrewarded = {
+        step: [Rollout(r.step, r.prompt, r.response, 0.0) for r in rs]
+        for step, rs in run.rollouts.items()
+    }
+    assert alarms.reward_hacking(records({}, rollouts=unrewarded, task=run.task)).status == OK
+    assert alarms.reward_hacking(records({}, rollouts=run.rollouts)).status == NO_DATA  # no task
+
+
+COUNTDOWN_PROMPT = countdown.build_prompt(countdown.Puzzle((3, 5, 7), 22), "chat")[-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("(3 * 5) + 7 works.\n<answer>(3 * 5) + 7</answer>", set()),
+        ("<answer>(1+2) / 3</answer>", {"copies_example"}),
+        ("<answer>3 + 5</answer><answer>3 * 5 + 7</answer>", {"several_answers"}),
+        ("<answer>" + " + ".join(["3"] * 30) + "</answer>", {"long_answer"}),
+        ("<answer>the expression</answer>", {"no_arithmetic"}),
+        ("<answer>3*5+7</answer>.", set()),
+        ("<answer>3*5+7</answer> and I am certain this is right.", {"text_after_answer"}),
+    ],
+)
+def test_countdown_hacking_patterns(response: str, expected: set[str]) -> None:
+    found = {
+        p.name for p in countdown.SPEC.hacking_patterns if p.matches(COUNTDOWN_PROMPT, response)
+    }
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("Sam has 3 + 5 = 8 apples.\n#### 8 apples", set()),
+        ("Sam has 3 + 5 = 8 apples.\n#### 1,000\n#### 1000", set()),
+        ("Sam has 3 + 5 = 8 apples.\n#### 8\n#### 9", {"several_final_numbers"}),
+        ("So it is \\boxed{9}, I mean 3 + 5 = 8.\n#### 8", {"several_final_numbers"}),
+        ("#### 8", {"no_reasoning"}),
+        ("It is 8.\n#### 8", {"no_reasoning"}),
+        (
+            "Sam has 3 + 5 = 8.\n#### 8\n" + "Another problem follows here. " * 3,
+            {"text_after_answer"},
+        ),
+    ],
+)
+def test_gsm8k_hacking_patterns(response: str, expected: set[str]) -> None:
+    found = {p.name for p in gsm8k.SPEC.hacking_patterns if p.matches("", response)}
+    assert found == expected
+
+
+def test_task_spec_reads_hacking_patterns_from_the_module_and_defaults_to_none() -> None:
+    assert countdown.SPEC.hacking_patterns == countdown.HACKING_PATTERNS
+    bare = TaskSpec.from_module(countdown, summary="s", default_experiment="e", hacking_patterns=())
+    assert bare.hacking_patterns == ()
+
+
+# --- report and CLI ---------------------------------------------------------------------------
+
+
+def test_step_ranges() -> None:
+    assert step_ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert step_ranges([]) == ""
+
+
+def test_build_writes_the_report_and_the_figures(tmp_path: Path) -> None:
+    built = run_report.build(DATA / "quickstart_smollm2", tmp_path)
+    assert {a.key for a in built.fired} == {"entropy_collapse", "zero_spread", "length_runaway"}
+    assert set(built.figures) == {
+        "reward",
+        "entropy",
+        "length",
+        "clip",
+        "kl",
+        "grad_norm",
+        "groups",
+    }
+    for path in built.figures.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = built.path.read_text()
+    assert "**FIRED: entropy collapse** at steps 3-4" in text and "**Try:**" in text
+    assert "![entropy](entropy.png)" in text
+    assert all(isinstance(alarm, Alarm) for alarm in built.alarms)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_cli_end_to_end_on_a_fixture_run(tmp_path: Path) -> None:
+    run = tmp_path / "countdown_run"
+    shutil.copytree(DATA / "countdown_run", run)
+    done = run_cli(str(run))
+    assert done.returncode == 0, done.stderr
+    assert "ALARM suspected reward hacking: steps [8, 12]" in done.stdout
+    text = (run / "report.md").read_text()
+    assert "**FIRED: suspected reward hacking** at steps 8, 12" in text
+    assert "- ok: entropy collapse" in text
+    assert sorted(p.name for p in run.glob("*.png")) == sorted(
+        f"{name}.png"
+        for name in ("reward", "entropy", "length", "clip", "kl", "grad_norm", "groups")
+    )
+    assert not list(run.glob(".*tmp"))  # staging files renamed away
+
+
+def bad_metrics(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("make", "extra", "message"),
+    [
+        (lambda tmp: tmp / "missing", [], "no such run folder"),
+        (lambda tmp: tmp, [], "no metrics.jsonl"),
+        (lambda tmp: bad_metrics(tmp / "r", ""), [], "no step logged"),
+        (lambda tmp: bad_metrics(tmp / "r", "not json\n{}\n"), [], "not a step record"),
+        (lambda tmp: DATA / "bench3", ["--interval", "0"], "--interval 0"),
+        (lambda tmp: DATA / "bench3", ["--task", "chess"], "unknown task 'chess'"),
+        (lambda tmp: DATA / "bench3", ["--out", str(ROOT / "pyproject.toml")], "not a folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, extra: list[str], message: str
+) -> None:
+    spec = importlib.util.spec_from_file_location("_report_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    run = make(tmp_path)  # type: ignore[operator]
+    code: object
+    try:
+        code = script.main([str(run), *extra])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_metrics_names_the_run_folders_inside() -> None:
+    with pytest.raises(run_report.ReportError, match=r"runs inside it: .*bench3"):
+        load_run(DATA)
+
+
+def test_follow_rewrites_the_report_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()  # nothing logged yet: --follow waits
+    cmd = [sys.executable, str(SCRIPT), str(run), "--follow", "--interval", "0.2"]
+    follow = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    assert follow.stderr is not None
+    threading.Thread(target=lambda: said.extend(follow.stderr), daemon=True).start()  # type: ignore[arg-type]
+    try:
+        assert wait_for(lambda: any("waiting:" in line for line in said))
+        lines = (DATA / "quickstart_smollm2" / "metrics.jsonl").read_text().splitlines()
+        (run / "metrics.jsonl").write_text("\n".join(lines[:3]) + "\n")
+        report = run / "report.md"
+        assert wait_for(lambda: "last step logged: 2" in _read(report))
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")  # the run goes on
+        assert wait_for(lambda: "last step logged: 4" in _read(report))
+        follow.send_signal(signal.SIGINT)
+        follow.wait(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    time.sleep(0.2)  # the reader thread takes the last line
+    err = "".join(said)
+    assert follow.returncode == 0, err
+    assert "stopped; last report:" in err and "Traceback" not in err
+    assert report.read_text().endswith("Thresholds and advice: docs/REPORT.md.\n")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for(condition: object, timeout: float = 90.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_rollout_dump_lines_that_are_not_responses_are_skipped_and_noted(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "countdown_run", run)
+    dump = run / "rollouts" / "4.jsonl"
+    dump.write_text(dump.read_text() + json.dumps({"input": 1}) + "\n" + '{"cut sh')
+    loaded = load_run(run)
+    assert len(loaded.rollouts[4]) == 32
+    assert loaded.notes == ("rollouts/4.jsonl: 2 unreadable line(s) skipped",)
