@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CPU rehearsal of a GPU experiment at its real world size (8 ranks per node, 2 nodes for the
 # 2-node one), through the real launcher, verl and Ray, with fake Ray GPUs and gloo.
-# Usage: bash scripts/rehearse.sh EXPERIMENT [--out DIR] [--gpus_per_node N] [--timeout_s S]
-#   e.g. bash scripts/rehearse.sh countdown_qwen3_4b_lora
+# Usage: bash scripts/rehearse.sh EXPERIMENT [--objective NAME] [--out DIR] [--gpus_per_node N]
+#          [--timeout_s S]
+#   e.g. bash scripts/rehearse.sh countdown_qwen3_4b_lora --objective dapo
+# The objective preset (configs/objective/, default grpo) is passed as objective=NAME; the
+# default out folder is artifacts/rehearsal/EXPERIMENT-OBJECTIVE.
 # Checks each rank's device assignment, checkpoint shards, a strictly loadable
 # actor/huggingface, per-step metrics, the wandb run, resume, and that no Ray process is left.
 set -euo pipefail

@@ -12,11 +12,33 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
 
-GROUPS = ("task", "base_model", "hardware", "adapter")
+GROUPS = ("task", "base_model", "hardware", "adapter", "objective")
+# objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); experiments pick
+# the other groups.
+EXPERIMENT_GROUPS = tuple(group for group in GROUPS if group != "objective")
 
 # The concern that owns each key: the longest matching dotted prefix wins. A key no group owns is
 # the recipe's (grpo.yaml and the experiments). rehearsal/ swaps hardware, so it owns nothing new.
 OWNERS = {
+    "objective": (
+        "algorithm.adv_estimator",
+        "algorithm.norm_adv_by_std_in_grpo",
+        "algorithm.use_kl_in_reward",
+        "actor_rollout_ref.actor.use_kl_loss",
+        "actor_rollout_ref.actor.kl_loss_coef",
+        "actor_rollout_ref.actor.kl_loss_type",
+        "actor_rollout_ref.actor.entropy_coeff",
+        "actor_rollout_ref.actor.clip_ratio_low",
+        "actor_rollout_ref.actor.clip_ratio_high",
+        "actor_rollout_ref.actor.clip_ratio_c",
+        "actor_rollout_ref.actor.policy_loss",
+        "actor_rollout_ref.actor.loss_agg_mode",
+        "actor_rollout_ref.actor.ppo_epochs",
+        "actor_rollout_ref.rollout.temperature",
+        "actor_rollout_ref.rollout.top_k",
+        "reward_model.reward_manager",
+        "reward_model.reward_kwargs",
+    ),
     "recipe": ("data.train_batch_size",),
     "task": (
         "data",
@@ -143,7 +165,7 @@ def test_experiment_picks_one_overlay_per_group(experiment: str) -> None:
     defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
     assert defaults[0] == "grpo" and defaults[-1] == "_self_"
     picked = choices(experiment)
-    assert sorted(picked) == sorted(GROUPS)
+    assert sorted(picked) == sorted(EXPERIMENT_GROUPS)
     for group, name in picked.items():
         assert (CONFIG_DIR / group / f"{name}.yaml").is_file(), (group, name)
 
@@ -179,6 +201,13 @@ def test_the_ownership_map_gives_each_key_one_owner() -> None:
     assert owner("data.train_batch_size") == owner("actor_rollout_ref.rollout.n") == "recipe"
 
 
+# Recipe keys a preset may set, and only to this value: reinforce_nanochat's one mini batch
+# follows the experiment's batch size without choosing a size of its own.
+OBJECTIVE_FOLLOWS_RECIPE = {
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "${data.train_batch_size}"
+}
+
+
 def test_overlays_set_only_keys_of_their_concern() -> None:
     """No overlay sets what another concern owns, so none undoes another (issue 14)."""
     wrong = []
@@ -189,19 +218,35 @@ def test_overlays_set_only_keys_of_their_concern() -> None:
                 f"{group}/{path.name}: {key} ({owner(key)})"
                 for key in keys_set(path)
                 if owner(key) != allowed
+                and not (
+                    group == "objective"
+                    and _raw_value(path, key) == OBJECTIVE_FOLLOWS_RECIPE.get(key)
+                )
             ]
     assert wrong == []
 
 
+def _raw_value(path: Path, key: str) -> Any:
+    node: Any = raw_yaml(path)
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def test_base_and_experiments_leave_overlay_concerns_alone() -> None:
-    """grpo.yaml sets recipe keys only; an experiment adds its scale (recipe and task keys), never
-    a model, adapter or hardware fact."""
+    """grpo.yaml sets recipe keys only (its objective is objective/grpo.yaml); an experiment adds
+    its scale (recipe and task keys) and may pin an objective knob for its model (it then wins
+    over every preset: docs/OBJECTIVES.md), never a model, adapter or hardware fact."""
     wrong = [
         f"grpo.yaml: {key}" for key in keys_set(CONFIG_DIR / "grpo.yaml") if owner(key) != "recipe"
     ]
     for experiment in experiments():
         keys = keys_set(CONFIG_DIR / f"{experiment}.yaml")
-        wrong += [f"{experiment}: {key}" for key in keys if owner(key) not in ("recipe", "task")]
+        wrong += [
+            f"{experiment}: {key}"
+            for key in keys
+            if owner(key) not in ("recipe", "task", "objective")
+        ]
     assert wrong == []
 
 

@@ -41,6 +41,7 @@ def test_fewer_ranks_per_node_keep_sharding_within_a_node(tmp_path: Path) -> Non
         (["nope"], "unknown experiment 'nope'"),
         (["countdown_cpu"], "already runs on CPU"),
         (["countdown_qwen3_4b", "--gpus_per_node", "0"], "--gpus_per_node must be at least 1"),
+        (["countdown_qwen3_4b", "--objective", "dapoo"], "unknown objective 'dapoo'"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -76,3 +77,27 @@ def test_ranks_that_fit_memory_and_divide_the_batch(monkeypatch: pytest.MonkeyPa
     assert ranks_that_fit(8, 2, 128) == 4  # 2 x 6 would fit but 12 ranks do not divide 128
     monkeypatch.setattr(psutil, "virtual_memory", lambda: available(1))
     assert ranks_that_fit(8, 1, 64) == 1
+
+
+def test_plan_runs_the_chosen_objective(tmp_path: Path) -> None:
+    plan = make_plan("countdown_qwen3_4b", tmp_path, 2, "dapo")
+    assert plan.objective == "dapo"
+    assert plan.overrides[:2] == ["+rehearsal=cpu", "objective=dapo"]
+    assert make_plan("countdown_qwen3_4b", tmp_path, 2).overrides[1] == "objective=grpo"
+
+
+def test_default_out_folder_names_the_objective(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Rehearsing another preset never wipes the last one's folder."""
+    import rlvr.train.rehearsal as rehearsal
+
+    seen: list[Path] = []
+    monkeypatch.setattr(rehearsal, "ROOT", tmp_path)
+    monkeypatch.setattr(rehearsal, "rehearse", lambda plan, timeout_s: seen.append(plan.out) or 0)
+    assert main(["countdown_qwen3_4b", "--gpus_per_node", "2", "--objective", "tuft_is"]) == 0
+    assert main(["countdown_qwen3_4b", "--gpus_per_node", "2"]) == 0
+    assert seen == [
+        tmp_path / "artifacts/rehearsal/countdown_qwen3_4b-tuft_is",
+        tmp_path / "artifacts/rehearsal/countdown_qwen3_4b-grpo",
+    ]

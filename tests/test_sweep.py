@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from rlvr.sweep.history import summarise_history
 from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
 from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides, run_sweep
 from rlvr.sweep.tables import results_csv
-from rlvr.train.metrics_log import StepRecord, parse_steps, read_steps
+from rlvr.report.metrics_log import StepRecord, parse_steps, read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +98,33 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     runtime_env = json.loads(env_flag.split("=", 1)[1])
     assert runtime_env["env_vars"] == {"RLVR_LOG_DIR": str(tmp_path), "WANDB_RUN_GROUP": "demo"}
     assert job[job.index("--") + 1 :] == launch_command(spec, point, tmp_path)
+
+
+def test_objective_preset_is_a_grid_axis(tmp_path: Path) -> None:
+    """``--grid objective=grpo,dapo``: a Hydra group override reaches the launcher as written,
+    every point composes (verl's checks included), and run names stay plain folder names."""
+    from rlvr.sweep.runner import checked_points
+    from rlvr.train.config import objectives
+
+    spec = SweepSpec("obj", "countdown_cpu", parse_grid([f"objective={','.join(objectives())}"]))
+    points = checked_points(spec)
+    assert [p.overrides for p in points] == [(f"objective={o}",) for o in objectives()]
+    names = [p.name for p in points]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+-]*", name) for name in names), names
+    dapo = next(p for p in points if p.values["objective"] == "dapo")
+    overrides = point_overrides(spec, dapo, tmp_path)
+    assert "objective=dapo" in overrides and "+sweep.objective=dapo" in overrides
+    command = launch_command(spec, dapo, tmp_path)
+    assert command[2:4] == ["countdown_cpu", "objective=dapo"]
+    # with another axis: the group override and the key override both pass through
+    mixed = SweepSpec("m", "countdown_cpu", parse_grid(["objective=dapo,tuft_is", "lr=1e-5"]))
+    assert [p.overrides for p in checked_points(mixed)] == [
+        ("objective=dapo", "actor_rollout_ref.actor.optim.lr=1e-5"),
+        ("objective=tuft_is", "actor_rollout_ref.actor.optim.lr=1e-5"),
+    ]
+    with pytest.raises(SweepError, match="objective=nope"):
+        checked_points(SweepSpec("bad", "countdown_cpu", parse_grid(["objective=grpo,nope"])))
 
 
 # Recorded from a real `countdown_cpu` run with `trainer.logger=[console,wandb,file]` (verl

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.train import verl_hooks
-from rlvr.train.metrics_log import read_steps
+from rlvr.report.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -308,3 +308,31 @@ def test_dump_bound_refuses_a_changed_verl() -> None:
 
     with pytest.raises(RuntimeError, match="_dump_generations"):
         verl_hooks._bound_rollout_dumps(Trainer)
+
+
+def test_end_of_run_report_is_written_and_its_figures_reach_wandb(tmp_path: Path) -> None:
+    """What the fit wrapper does when training returns: report.md beside the checkpoints, each
+    figure logged to the wandb run as report/<name>; a run it cannot read only prints a line."""
+    import shutil
+
+    from rlvr.train.rehearsal_checks import history_rows
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests/data/report/quickstart_smollm2", run)
+    result = _run(
+        f"""
+        import json, wandb
+        from rlvr.train import verl_hooks
+        wandb.init(mode="offline", dir={str(tmp_path)!r}, project="p")
+        verl_hooks.end_of_run_report({str(run)!r})
+        verl_hooks.end_of_run_report({str(tmp_path / "missing")!r})  # must not raise
+        wandb.finish()
+        print(json.dumps({{"ok": True}}))
+        """,
+        {"WANDB_MODE": "offline", "WANDB_SILENT": "true"},
+    )
+    assert result == {"ok": True}
+    assert (run / "report.md").is_file() and (run / "reward.png").is_file()
+    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    keys = {key.split("/")[1] for row in history_rows(run_file) for key in row if "report/" in key}
+    assert {"reward", "entropy"} <= keys

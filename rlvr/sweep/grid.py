@@ -1,4 +1,8 @@
-"""A sweep's specification: the grid (``--grid KEY=V1,V2``), its points and their run names."""
+"""A sweep's specification: the grid (``--grid KEY=V1,V2``), its points and their run names.
+
+An axis is any Hydra key or config group: ``--grid objective=grpo,dapo`` passes
+``objective=dapo`` to the launcher as written, which picks configs/objective/dapo.yaml.
+"""
 
 from __future__ import annotations
 

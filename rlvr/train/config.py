@@ -15,6 +15,35 @@ from typing import Any
 from rlvr.common.paths import CONFIG_DIR
 
 VERL_CONFIGS = "pkg://verl.trainer.config"
+# The objective presets (configs/objective/) this project ships; ``objective=NAME`` picks one.
+OBJECTIVES_DIR = CONFIG_DIR / "objective"
+DEFAULT_OBJECTIVE = "grpo"
+
+
+def objectives() -> list[str]:
+    """Names of the objective presets (configs/objective/*.yaml)."""
+    return sorted(p.stem for p in OBJECTIVES_DIR.glob("*.yaml"))
+
+
+def _floor_div(value: Any, divisor: Any) -> int:
+    """``${rlvr.div:A,B}``: A // B for two positive integers (OmegaConf has no arithmetic)."""
+    numerator, denominator = int(value), int(divisor)
+    if numerator < 0 or denominator <= 0:
+        raise ValueError(f"rlvr.div:{value},{divisor}: needs A >= 0 and B > 0")
+    return numerator // denominator
+
+
+def register_resolvers() -> None:
+    """The resolvers the configs use (objective/dapo.yaml's overlong buffer). Every process that
+    resolves a config needs them: this module registers them on import; Ray workers need
+    ``rlvr.train.verl_hooks.install`` to call this. Idempotent, imports nothing heavy."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("rlvr.div"):
+        OmegaConf.register_new_resolver("rlvr.div", _floor_div)
+
+
+register_resolvers()
 
 
 class ConfigError(Exception):
@@ -67,6 +96,36 @@ def validate(config: Any) -> None:
     validate_config(config, use_reference_policy=use_reference_policy, use_critic=False)
     # (HFModelConfig is not checked here: building it loads the model's config and tokenizer.)
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterator[str]:
+    """Dotted keys of a plain container's leaves (lists are values)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip(".")
+
+
+def _file_keys(path: Path) -> set[str]:
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert isinstance(raw, dict)
+    raw.pop("defaults", None)
+    raw.pop("hydra", None)
+    return set(_leaves(raw))
+
+
+def objective_keys(objective: str) -> set[str]:
+    """The dotted keys a preset sets (configs/objective/NAME.yaml)."""
+    return _file_keys(OBJECTIVES_DIR / f"{objective}.yaml")
+
+
+def pinned_objective_keys(experiment: str, objective: str) -> list[str]:
+    """Keys the preset sets that the experiment's own file also sets: the experiment's value
+    wins (it comes later in the defaults list), so ``objective=NAME`` on it keeps them."""
+    return sorted(objective_keys(objective) & _file_keys(CONFIG_DIR / f"{experiment}.yaml"))
 
 
 def _close(word: str, candidates: list[str]) -> str:

@@ -1,13 +1,16 @@
 """CPU rehearsal of a GPU experiment at its real world size, through the real launcher.
 
-Usage: python -m rlvr.train.rehearsal EXPERIMENT [--out DIR] [--gpus_per_node N] [--timeout_s S]
-   (or: bash scripts/rehearse.sh EXPERIMENT)
+Usage: python -m rlvr.train.rehearsal EXPERIMENT [--objective NAME] [--out DIR]
+          [--gpus_per_node N] [--timeout_s S]
+   (or: bash scripts/rehearse.sh EXPERIMENT [--objective NAME] ...)
 
 Runs the experiment's own composed config (batch sizes, group size, mini/micro batches, dynamic
 batching, sharding, checkpoint contents, LoRA, nnodes x n_gpus_per_node) through
 ``scripts/launch_grpo.sh``, verl and Ray on CPU, with fake Ray GPUs and gloo. Replaced, and
 nothing else: the model (the tiny random one), the rollout engine (HF generate), dtype (fp32),
-attention (SDPA), lengths (short), steps (2, then 3 on resume), data (generated). A multi-node
+attention (SDPA), lengths (short), steps (2, then 3 on resume), data (generated). The
+objective preset (configs/objective/, ``--objective``, default grpo) is passed as
+``objective=NAME``, exactly as a launch would. A multi-node
 experiment runs as that many Ray nodes on this machine, joined by ``scripts/ray_cluster.sh``.
 Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
 """
@@ -48,6 +51,7 @@ class Plan:
     task: str
     lora: bool
     save_contents: list[str]
+    objective: str = "grpo"
     overrides: list[str] = field(default_factory=list)
 
     @property
@@ -59,12 +63,16 @@ class Plan:
         return self.out / f"checkpoints/{self.experiment}/global_step_2/actor"
 
 
-def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
-    from rlvr.train.config import compose, experiments
+def make_plan(
+    experiment: str, out: Path, gpus_per_node: int | None, objective: str = "grpo"
+) -> Plan:
+    from rlvr.train.config import compose, experiments, objectives
 
     if experiment not in experiments():
         raise ValueError(f"unknown experiment {experiment!r}; one of {experiments()}")
-    config = compose(experiment)
+    if objective not in objectives():
+        raise ValueError(f"unknown objective {objective!r}; one of {objectives()}")
+    config = compose(experiment, [f"objective={objective}"])
     if config.actor_rollout_ref.rollout.name == "hf":
         raise ValueError(f"{experiment} already runs on CPU: use scripts/launch_grpo.sh")
     real = int(config.trainer.n_gpus_per_node)
@@ -79,9 +87,11 @@ def make_plan(experiment: str, out: Path, gpus_per_node: int | None) -> Plan:
         task=_task_of(config).name,
         lora=lora_rank(config) > 0,
         save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
+        objective=objective,
     )
     plan.overrides = [
         "+rehearsal=cpu",
+        f"objective={objective}",
         f"paths.data={out}/data",
         f"paths.checkpoints={out}/checkpoints",
         f"actor_rollout_ref.model.path={out}/models/tiny",
@@ -301,7 +311,10 @@ def _resumed(plan: Plan, known: set[Path]) -> str:
 
 
 def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -> None:
-    print(f"\nRehearsal of {plan.experiment}: {plan.nnodes} node(s) x {plan.gpus_per_node} ranks")
+    print(
+        f"\nRehearsal of {plan.experiment} (objective={plan.objective}): "
+        f"{plan.nnodes} node(s) x {plan.gpus_per_node} ranks"
+    )
     for name, status, detail in runner.rows:
         print(f"  {status:4}  {name:12} {detail}")
     machine, summed = (value / 2**30 for value in peaks)
@@ -311,12 +324,32 @@ def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) 
     )
 
 
+def _note_pinned(plan: Plan) -> None:
+    """Say which of the preset's keys the experiment sets itself (and so keeps)."""
+    from rlvr.train.config import pinned_objective_keys
+
+    pinned = pinned_objective_keys(plan.experiment, plan.objective)
+    if pinned:
+        print(
+            f"rehearse: {plan.experiment} sets {', '.join(pinned)} itself; its values win over "
+            f"objective={plan.objective}'s (docs/OBJECTIVES.md)",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
     parser.add_argument(
         "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
     )
-    parser.add_argument("--out", type=Path, help="work folder (default: artifacts/rehearsal/EXP)")
+    parser.add_argument(
+        "--objective",
+        default="grpo",
+        help="objective preset from configs/objective/ (default: grpo)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="work folder (default: artifacts/rehearsal/EXP-OBJECTIVE)"
+    )
     parser.add_argument(
         "--gpus_per_node", type=int, help="ranks per node (default: the experiment's own)"
     )
@@ -326,11 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--gpus_per_node must be at least 1")
     if args.timeout_s <= 0:
         parser.error("--timeout_s must be positive")
-    out = (args.out or ROOT / "artifacts/rehearsal" / args.experiment).resolve()
+    # One folder per (experiment, preset): rehearsing another preset never wipes this one.
+    default_out = ROOT / "artifacts/rehearsal" / f"{args.experiment}-{args.objective}"
+    out = (args.out or default_out).resolve()
     try:
-        plan = make_plan(args.experiment, out, args.gpus_per_node)
+        plan = make_plan(args.experiment, out, args.gpus_per_node, args.objective)
     except ValueError as exc:
         parser.error(str(exc))
+    _note_pinned(plan)
     if out.exists() and any(out.iterdir()):
         if not (out / "rehearsal.marker").is_file():
             parser.error(f"--out {out}: not empty and not a rehearsal folder; pick another")

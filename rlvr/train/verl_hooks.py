@@ -18,6 +18,7 @@ The patches:
   root without resolving it, so an interpolation would arrive as the literal ``${...}``): the
   same ``fit`` wrapper sets it in the TaskRunner from the resolved ``paths.metrics``
   (``configs/grpo.yaml``), on whichever node the TaskRunner runs.
+- always: the run report (``rlvr.report``) written when ``fit`` returns, figures to wandb.
 - always: rollout dumps kept bounded. With ``trainer.rollout_data_dir`` set (configs/grpo.yaml)
   verl writes every step's rollouts and never deletes any; ``_dump_generations`` is wrapped to
   keep only what ``rollout_dumps`` says (the report reads them).
@@ -110,6 +111,10 @@ def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
 
 def install() -> None:
     """The setup hook. Imports neither torch nor verl (see the module docstring)."""
+    from rlvr.train.config import register_resolvers
+
+    # The TaskRunner resolves the config again (objective/dapo.yaml's ${rlvr.div:...}).
+    register_resolvers()
     if os.environ.get(TRACE_DIR_ENV):
         _trace("hook")
         after_import("torch", lambda module: _trace("torch_imported"))
@@ -157,7 +162,9 @@ def _wrap_fit(module: ModuleType) -> None:
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         set_metrics_path(self.config)
         try:
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+            end_of_run_report(self.config.trainer.default_local_dir)
+            return result
         finally:
             wandb = sys.modules.get("wandb")
             if wandb is not None and wandb.run is not None:
@@ -170,6 +177,25 @@ def _wrap_fit(module: ModuleType) -> None:
 
     fit._rlvr_finishes_wandb = True  # type: ignore[attr-defined]
     trainer_class.fit = fit
+
+
+def end_of_run_report(run_dir: str) -> None:
+    """The run report (``scripts/report.py``: report.md, curves, health alarms) written beside
+    the checkpoints when training ends, its figures logged to the wandb run when there is one.
+    A report that cannot be made is a printed line, never a failed run."""
+    try:
+        from rlvr.report import build
+
+        report = build(run_dir)
+    except Exception as exc:  # the run itself is done and saved
+        print(f"rlvr: no run report for {run_dir}: {type(exc).__name__}: {exc}", flush=True)
+        return
+    fired = ", ".join(alarm.key for alarm in report.fired) or "none"
+    print(f"rlvr: run report {report.path} (alarms fired: {fired})", flush=True)
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        images = {f"report/{name}": wandb.Image(str(path)) for name, path in report.figures.items()}
+        wandb.log(images)
 
 
 # verl 0.6.1's RayPPOTrainer._dump_generations; another signature is a verl we have not read.
@@ -197,6 +223,14 @@ def _bound_rollout_dumps(trainer_class: type) -> None:
 
     @functools.wraps(original)
     def dump(self: Any, *args: Any, **kwargs: Any) -> Any:
+        extras = kwargs.get("reward_extra_infos_dict")
+        if isinstance(extras, dict):
+            # verl's dapo reward manager records tensors (overlong_reward), which json.dumps in
+            # verl's dump refuses: plain numbers, as the file logger fix does.
+            kwargs["reward_extra_infos_dict"] = {
+                key: [_plain(item) for item in values] if isinstance(values, list) else values
+                for key, values in extras.items()
+            }
         result = original(self, *args, **kwargs)
         bounds = self.config.get("rollout_dumps") or {}
         rollout_dir = self.config.trainer.get("rollout_data_dir")
@@ -206,6 +240,12 @@ def _bound_rollout_dumps(trainer_class: type) -> None:
         return result
 
     trainer_class._dump_generations = dump  # type: ignore[attr-defined]
+
+
+def _plain(value: Any) -> Any:
+    """A torch or numpy scalar as a Python number; anything else unchanged."""
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else value
 
 
 def prune_step_files(folder: str, keep_last: int, keep_every: int) -> list[str]:

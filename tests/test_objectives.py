@@ -1,0 +1,240 @@
+"""The objective presets (configs/objective/, ``objective=NAME``): each composes with every
+experiment and passes verl's own checks, sets what its source says, and leaves grpo as it was."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlvr.train.config import (
+    CONFIG_DIR,
+    DEFAULT_OBJECTIVE,
+    compose,
+    experiments,
+    objective_keys,
+    objectives,
+    pinned_objective_keys,
+    validate,
+)
+
+PRESETS = ("dapo", "dr_grpo", "grpo", "reinforce_nanochat", "tuft_is")
+# Knobs only some presets set: the dapo manager's settings, and nanochat's one mini batch.
+PRESET_SPECIFIC = {"reward_model.reward_kwargs", "actor_rollout_ref.actor.ppo_mini_batch_size"}
+
+
+def test_the_presets_and_the_default() -> None:
+    assert tuple(objectives()) == PRESETS
+    assert DEFAULT_OBJECTIVE == "grpo"
+    defaults = OmegaConf.load(CONFIG_DIR / "grpo.yaml").defaults
+    assert {"objective": "grpo"} in [
+        OmegaConf.to_container(d) for d in defaults if not isinstance(d, str)
+    ]
+
+
+@pytest.mark.parametrize("objective", PRESETS)
+@pytest.mark.parametrize("experiment", experiments())
+def test_every_preset_composes_with_every_experiment(
+    experiment: str, objective: str, tmp_path: Path
+) -> None:
+    config = compose(experiment, [f"objective={objective}"], root=tmp_path)
+    validate(config)
+    actor = config.actor_rollout_ref.actor
+    # one mini batch per step whatever the preset (verl then sets old_log_prob = log_prob):
+    # the rank's share of the batch fits in one ppo_mini_batch_size
+    assert actor.ppo_mini_batch_size >= config.data.train_batch_size
+    assert actor.ppo_epochs == 1
+
+
+def test_grpo_is_the_default_and_what_grpo_yaml_held() -> None:
+    """objective=grpo changes nothing; the values are the ones grpo.yaml set before the move (the
+    full before/after comparison of every experiment is in docs/OBJECTIVES.md)."""
+    for experiment in experiments():
+        default = OmegaConf.to_container(compose(experiment), resolve=True)
+        explicit = OmegaConf.to_container(compose(experiment, ["objective=grpo"]), resolve=True)
+        assert default == explicit, experiment
+    config = compose("countdown_qwen3_4b")
+    actor = config.actor_rollout_ref.actor
+    assert (config.algorithm.adv_estimator, config.algorithm.norm_adv_by_std_in_grpo) == (
+        "grpo",
+        True,
+    )
+    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (True, 0.01, "low_var_kl")
+    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == (
+        0.2,
+        0.2,
+        "token-mean",
+    )
+    assert config.reward_model.reward_manager == "naive"
+    assert config.actor_rollout_ref.rollout.temperature == 1.0
+
+
+def test_every_preset_sets_the_same_knobs_and_names_its_source() -> None:
+    """Switching presets replaces the whole objective: none leaves a knob to another's value."""
+    common = objective_keys("grpo")
+    for objective in PRESETS:
+        general = {
+            key
+            for key in objective_keys(objective)
+            if not any(key == s or key.startswith(f"{s}.") for s in PRESET_SPECIFIC)
+        }
+        assert general == common, objective
+        text = (CONFIG_DIR / f"objective/{objective}.yaml").read_text()
+        assert "seeds/" in text or "arXiv" in text, f"{objective}: no source named"
+
+
+def test_experiment_pins_win_over_the_preset() -> None:
+    """countdown_smollm2_cpu tuned temperature 0.7 for its model: every preset keeps it (an
+    explicit override changes it)."""
+    assert pinned_objective_keys("countdown_smollm2_cpu", "reinforce_nanochat") == [
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.rollout.temperature",
+    ]
+    assert pinned_objective_keys("countdown_qwen3_4b", "dapo") == []
+    for objective in PRESETS:
+        config = compose("countdown_smollm2_cpu", [f"objective={objective}"])
+        assert config.actor_rollout_ref.rollout.temperature == 0.7
+    config = compose(
+        "countdown_smollm2_cpu",
+        ["objective=reinforce_nanochat", "actor_rollout_ref.rollout.temperature=1.0"],
+    )
+    assert config.actor_rollout_ref.rollout.temperature == 1.0
+
+
+def test_dr_grpo() -> None:
+    config = compose("countdown_qwen3_4b", ["objective=dr_grpo"])
+    assert config.algorithm.norm_adv_by_std_in_grpo is False
+    assert config.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-sum-norm"
+    assert config.actor_rollout_ref.actor.use_kl_loss is False
+
+
+@pytest.mark.parametrize("experiment", experiments())
+def test_dapo_overlong_buffer_follows_the_response_budget(experiment: str) -> None:
+    config = compose(experiment, ["objective=dapo"])
+    actor = config.actor_rollout_ref.actor
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.28)
+    assert actor.loss_agg_mode == "token-mean" and not actor.use_kl_loss
+    assert not config.algorithm.use_kl_in_reward
+    kwargs = config.reward_model.reward_kwargs
+    budget = config.data.max_response_length
+    assert kwargs.max_resp_len == budget
+    assert kwargs.overlong_buffer_cfg.len == budget // 5 > 0
+    longer = compose(experiment, ["objective=dapo", "data.max_response_length=4000"])
+    assert longer.reward_model.reward_kwargs.overlong_buffer_cfg.len == 800
+
+
+def test_reinforce_nanochat() -> None:
+    for experiment in experiments():
+        config = compose(experiment, ["objective=reinforce_nanochat"])
+        actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+        # one update per batch: the mini batch is the whole train batch
+        assert actor.ppo_mini_batch_size == config.data.train_batch_size, experiment
+        assert actor.policy_loss.loss_mode == "gpg"  # -log_prob * A: no ratio, no clip
+        assert not actor.use_kl_loss and not config.algorithm.norm_adv_by_std_in_grpo
+        assert rollout.top_k == 50
+    assert (
+        compose(
+            "countdown_qwen3_4b", ["objective=reinforce_nanochat"]
+        ).actor_rollout_ref.rollout.temperature
+        == 1.0
+    )
+    scaled = compose(
+        "countdown_qwen3_4b", ["objective=reinforce_nanochat", "data.train_batch_size=128"]
+    )
+    assert scaled.actor_rollout_ref.actor.ppo_mini_batch_size == 128
+
+
+def test_tuft_is_clip_never_binds() -> None:
+    actor = compose("countdown_qwen3_4b", ["objective=tuft_is"]).actor_rollout_ref.actor
+    # verl clamps the log-ratio to [-20, 20]: the ratio lies in [e^-20, e^20]
+    assert 1 - actor.clip_ratio_low <= 0
+    assert 1 + actor.clip_ratio_high >= math.exp(20) and actor.clip_ratio_c >= math.exp(20)
+    assert actor.policy_loss.loss_mode == "vanilla" and not actor.use_kl_loss
+
+
+def test_tuft_is_loss_is_unclipped_importance_sampling() -> None:
+    """verl's own vanilla loss with the preset's ratios equals -ratio * A, however far the ratio."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+    from verl.utils.config import omega_conf_to_dataclass
+
+    config = compose("countdown_cpu", ["objective=tuft_is"])
+    OmegaConf.resolve(config)
+    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    old = torch.zeros(4, 3)
+    new = torch.tensor([[3.0, -3.0, 0.5]] * 4)
+    advantages = torch.tensor([[1.0] * 3, [-1.0] * 3, [2.0] * 3, [-0.5] * 3])
+    mask = torch.ones(4, 3)
+    loss, metrics = compute_policy_loss_vanilla(old, new, advantages, mask, "token-mean", actor)
+    expected = (-(new - old).exp() * advantages).mean()
+    assert torch.allclose(loss, expected)
+    assert metrics["actor/pg_clipfrac"] == 0 and metrics["actor/pg_clipfrac_lower"] == 0
+
+
+def _batch(tokenizer: Any, responses: list[str], width: int, ground_truth: dict[str, Any]) -> Any:
+    """A DataProto as verl's reward managers get it: left-padded prompts, right-padded responses."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    prompt = tokenizer("Q:", add_special_tokens=False)["input_ids"]
+    rows, masks = [], []
+    for text in responses:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:width]
+        rows.append(ids + [tokenizer.pad_token_id] * (width - len(ids)))
+        masks.append([1] * len(prompt) + [1] * len(ids) + [0] * (width - len(ids)))
+    n = len(responses)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.tensor([prompt] * n),
+            "responses": torch.tensor(rows),
+            "attention_mask": torch.tensor(masks),
+        },
+        non_tensors={
+            "data_source": np.array(["countdown"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": ground_truth}] * n, dtype=object),
+            "extra_info": np.array([{} for _ in range(n)], dtype=object),
+        },
+    )
+
+
+def test_dapo_manager_calls_our_reward_with_its_kwargs(
+    tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under reward_manager=dapo verl still loads custom_reward_function with its reward_kwargs
+    (shaping on for countdown_smollm2_cpu) and adds the overlong penalty on top."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    monkeypatch.delitem(sys.modules, "custom_module", raising=False)  # verl caches the module
+    config = compose("countdown_smollm2_cpu", ["objective=dapo", "data.max_response_length=40"])
+    OmegaConf.resolve(config)
+    manager = load_reward_manager(
+        config, tiny_tokenizer, num_examine=0, **config.reward_model.get("reward_kwargs", {})
+    )
+    assert type(manager).__name__ == "DAPORewardManager"
+    truth = {"target": 9, "numbers": [1, 2, 3]}
+    short_wrong = "<answer>(1+2)+3</answer>"  # valid, 6 off: shaped credit only with shaping
+    long_right = "x " * 14 + "<answer>(1+2)*3</answer>"  # correct but in the buffer
+    batch = _batch(tiny_tokenizer, [short_wrong, long_right], 40, truth)
+    result = manager(batch, return_dict=True)
+    rewards = result["reward_tensor"].sum(dim=-1).tolist()
+    sys.path.insert(0, str(CONFIG_DIR.parent / "rewards"))
+    try:
+        from countdown import compute_score
+    finally:
+        sys.path.pop(0)
+    kwargs = dict(config.custom_reward_function.reward_kwargs)
+    assert kwargs["shaping"] is True
+    expected = compute_score("countdown", short_wrong, truth, **kwargs)["score"]
+    assert 0.1 < expected < 1.0  # shaped: the kwargs reached the reward
+    assert rewards[0] == pytest.approx(expected)
+    lengths = batch.batch["attention_mask"][:, batch.batch["prompts"].shape[-1] :].sum(-1)
+    buffer = config.reward_model.reward_kwargs.overlong_buffer_cfg.len
+    exceed = int(lengths[1]) - (40 - buffer)
+    assert exceed > 0
+    assert rewards[1] == pytest.approx(1.0 - exceed / buffer)
+    monkeypatch.delitem(sys.modules, "custom_module", raising=False)
