@@ -25,10 +25,10 @@ from rlvr import report as run_report
 from rlvr.report import alarms
 from rlvr.report.alarms import FIRED, NO_DATA, OK, Alarm
 from rlvr.report.markdown import step_ranges
+from rlvr.report.metrics_log import StepRecord
 from rlvr.report.records import Rollout, RunRecords, group_stats, load_run, zero_spread_series
 from rlvr.tasks import countdown, gsm8k
 from rlvr.tasks.spec import TaskSpec
-from rlvr.report.metrics_log import StepRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "report"

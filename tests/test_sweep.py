@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from rlvr.report.metrics_log import StepRecord, parse_steps, read_steps
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, grid_points, parse_grid
 from rlvr.sweep.history import summarise_history
 from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
 from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides, run_sweep
 from rlvr.sweep.tables import results_csv
-from rlvr.report.metrics_log import StepRecord, parse_steps, read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,6 +86,7 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
     assert "trainer.experiment_name=demo__lr1e-5_rollout_n2" in overrides
     assert f"trainer.default_local_dir={tmp_path / 'checkpoints'}" in overrides
     assert f"paths.metrics={tmp_path / 'metrics.jsonl'}" in overrides
+    assert f"paths.rollouts={tmp_path / 'rollouts'}" in overrides  # where the report looks
     assert {"+sweep.name=demo", "+sweep.lr=1e-5", "+sweep.rollout_n=2"} <= set(overrides)
     assert "trainer.save_freq=-1" in overrides
     spec.keep_checkpoints = True

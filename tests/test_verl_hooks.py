@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train import verl_hooks
 from rlvr.report.metrics_log import read_steps
+from rlvr.train import verl_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 

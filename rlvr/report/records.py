@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlvr.tasks.spec import TaskSpec
 from rlvr.report.metrics_log import StepRecord, read_steps
+from rlvr.tasks.spec import TaskSpec
 
 METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_DIR = "rollouts"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.files import write_json_atomic
+from rlvr.report.metrics_log import StepRecord, read_steps
 from rlvr.sweep.grid import (
     GridPoint,
     SweepError,
@@ -28,7 +29,6 @@ from rlvr.sweep.grid import (
     value_key,
 )
 from rlvr.sweep.history import RunSummary, summarise_history
-from rlvr.report.metrics_log import StepRecord, read_steps
 
 SWEEP_RECORD = "sweep.json"
 STATUS_FILE = "status.json"

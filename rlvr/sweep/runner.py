@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import RAY_CLI
+from rlvr.report.metrics_log import StepRecord
 from rlvr.sweep.folder import (
     METRICS_FILE,
     OUTPUT_LOG,
@@ -34,7 +35,6 @@ from rlvr.sweep.folder import (
 from rlvr.sweep.grid import GridPoint, SweepError, SweepSpec, grid_points
 from rlvr.sweep.history import summarise_history
 from rlvr.sweep.tables import fmt
-from rlvr.report.metrics_log import StepRecord
 
 LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
 ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|Traceback|problem)")
@@ -79,6 +79,8 @@ def point_overrides(spec: SweepSpec, point: GridPoint, folder: Path) -> list[str
         f"trainer.experiment_name={spec.name}__{point.name}",
         f"trainer.default_local_dir={folder / 'checkpoints'}",
         f"paths.metrics={folder / METRICS_FILE}",  # the per-step JSON lines the sweep reads
+        # Beside them, so the run report (written when training ends) finds both.
+        f"paths.rollouts={folder / 'rollouts'}",
         # The grid values as their own config block, so wandb can chart and filter by them.
         f"+sweep.name={spec.name}",
         *(f"+sweep.{axis.split('.')[-1]}={value}" for axis, value in point.values.items()),

@@ -160,10 +160,12 @@ def _wrap_fit(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        set_metrics_path(self.config)
+        metrics = set_metrics_path(self.config)
         try:
             result = original(self, *args, **kwargs)
-            end_of_run_report(self.config.trainer.default_local_dir)
+            # The run's folder: where paths.metrics is (default_local_dir, or a sweep's point).
+            run_dir = os.path.dirname(metrics) if metrics else self.config.trainer.default_local_dir
+            end_of_run_report(run_dir)
             return result
         finally:
             wandb = sys.modules.get("wandb")
