@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -778,3 +779,202 @@ def test_an_interrupted_run_leaves_the_old_run_or_the_new_one(
         for staging in tmp_path.glob(".run.partial-*"):  # kept for a look, never the output
             assert not (staging / "summary.json").exists()
     assert "complete:1" in outcomes  # at least one interrupt landed before the swap
+
+
+# ---------------------------------------------------------------- refused before the model loads
+# issue 16: inputs an adversarial review found failing with a traceback, or only after the
+# model had loaded (or run). Each is refused up front in one line naming the flag or file.
+
+
+class _Loaded(Exception):
+    """Raised by the stand-in loader: the run got as far as loading the model."""
+
+
+@pytest.fixture
+def bad_inputs(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    countdown_data: Path,
+    tiny_tokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[dict[str, str]]:
+    """Scratch inputs (the reviewer's, rebuilt), and a loader that records being called."""
+    import shutil
+
+    from rlvr.evaluation import generation
+
+    def loader(*args, **kwargs):
+        raise _Loaded
+
+    monkeypatch.setattr(generation, "make_backend", loader)
+    monkeypatch.setattr(generation.HFBackend, "__init__", loader)
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def adapter(name: str, base: object) -> None:
+        (ws / name).mkdir()
+        (ws / name / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": base})
+        )
+
+    adapter("lora_self", str(ws / "lora_self"))
+    adapter("lora_a", str(ws / "lora_b"))
+    adapter("lora_b", str(ws / "lora_a"))
+    adapter("lora_int", 5)
+    adapter("lora_ok", str(tiny_model_dir))
+
+    def model(name: str, **files: str) -> None:
+        shutil.copytree(tiny_model_dir, ws / name)
+        for file, text in files.items():
+            (ws / name / file.replace("__", ".")).write_text(text)
+
+    model("cfg_badjson", config__json="{not json")
+    model("cfg_list", config__json="[1, 2]")
+    model("cfg_no_type", config__json='{"hidden_size": 8}')
+    shard = "model-00001-of-00002.safetensors"
+    for name, index in (
+        ("cfg_index", {"weight_map": {"a": shard}}),  # transformers: KeyError 'metadata'
+        ("cfg_shards", {"metadata": {}, "weight_map": {"a": shard}}),
+    ):
+        model(name, model__safetensors__index__json=json.dumps(index))
+        (ws / name / "model.safetensors").unlink()
+
+    frame = pd.read_parquet(countdown_data)
+    for name, prompt in (
+        ("prompt_str", "Using the numbers [1, 2], make 3"),
+        ("prompt_nocontent", [{"role": "user"}]),
+    ):
+        frame.assign(prompt=[prompt] * len(frame)).to_parquet(ws / f"{name}.parquet")
+    os.mkfifo(ws / "fifo.parquet")
+
+    (ws / "notes.txt").write_text("notes")
+    (ws / "ro").mkdir()
+    (ws / "ro").chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: deny as the kernel would deny a user
+        real_access = os.access
+        denied = str(ws / "ro")
+        monkeypatch.setattr(
+            os, "access", lambda p, mode, **kw: str(p) != denied and real_access(p, mode, **kw)
+        )
+    (ws / "dangling").symlink_to(ws / "nowhere")
+    for name in ("runA", "runB"):
+        run = _scripted_run(ws / name, countdown_data, tiny_tokenizer)
+        evaluation.run_analyse(run, evaluation.load_rows(countdown_data), SAMPLED)
+    (ws / "link_to_run").symlink_to(ws / "runB")
+    yield {"ws": str(ws), "model": str(tiny_model_dir), "data": str(countdown_data)}
+    (ws / "ro").chmod(0o755)
+
+
+def _main(argv: list[str], capsys) -> tuple[object, str]:
+    try:
+        code: object = eval_cli.main("countdown", "t", argv)
+    except SystemExit as done:  # argparse's refusals
+        code = done.code
+    return code, capsys.readouterr().err
+
+
+REFUSED_BEFORE_LOADING = [
+    # (review row, arguments, what the one line must name)
+    ("8 adapter is its own base", ["--model_path", "{ws}/lora_self"], "lora_self/adapter_config"),
+    ("8 two adapters, each the other's base", ["--model_path", "{ws}/lora_a"], "lora_a/adapter"),
+    ("8 --base_model an adapter", ["--model_path", "{ws}/lora_ok", "--base_model", "{ws}/lora_a"],
+     "--base_model {ws}/lora_a"),
+    ("9 base_model_name_or_path: 5", ["--model_path", "{ws}/lora_int"],
+     "lora_int/adapter_config.json: base_model_name_or_path is 5"),
+    ("10 prompt a string", ["--data", "{ws}/prompt_str.parquet"],
+     "--data {ws}/prompt_str.parquet: row 0: prompt is a str"),
+    ("10 message without content", ["--data", "{ws}/prompt_nocontent.parquet"],
+     "--data {ws}/prompt_nocontent.parquet: row 0: prompt message 0 has no content"),
+    ("11 --output below a file", ["--output", "{ws}/notes.txt/run"],
+     "--output {ws}/notes.txt/run: {ws}/notes.txt is a file"),
+    ("11 --output in a read-only folder", ["--output", "{ws}/ro/run"],
+     "--output {ws}/ro/run: cannot write in {ws}/ro"),
+    ("12 --output a dangling link", ["--output", "{ws}/dangling", "--force"],
+     "--output {ws}/dangling is a symbolic link"),
+    ("12 --output a link to a run", ["--output", "{ws}/link_to_run", "--force"],
+     "--output {ws}/link_to_run is a symbolic link"),
+    ("15 compare --output in BASE", ["compare", "{ws}/runA", "{ws}/runB", "--output",
+     "{ws}/runA/summary.json", "--force"], "--output {ws}/runA/summary.json: inside BASE"),
+    ("15 compare --output beside TRAINED's summary.json", ["compare", "{ws}/runA",
+     "{ws}/runB/summary.json", "--output", "{ws}/runB/summary.md", "--force"],
+     "--output {ws}/runB/summary.md: inside TRAINED"),
+    ("16 tokenize", ["--template_kwargs", '{{"tokenize": true}}'], "--template_kwargs: tokenize"),
+    ("16 add_generation_prompt", ["--template_kwargs", '{{"add_generation_prompt": false}}'],
+     "--template_kwargs: add_generation_prompt"),
+    ("16 conversation", ["--template_kwargs", '{{"conversation": []}}'],
+     "--template_kwargs: conversation"),
+    ("17 temperature 1e-300", ["passk", "--n", "2", "--temperature", "1e-300"],
+     "argument --temperature: 1e-300"),
+    ("17 analyse temperature 1e-5", ["analyse", "--n", "2", "--temperature", "1e-5"],
+     "argument --temperature: 1e-5"),
+    ("18 --base_model missing", ["--model_path", "{ws}/lora_ok", "--base_model", "{ws}/nope"],
+     "--base_model {ws}/nope: no such folder"),
+    ("25 --data a FIFO", ["--data", "{ws}/fifo.parquet"],
+     "--data {ws}/fifo.parquet: not a regular file"),
+    ("26 config.json not JSON", ["--model_path", "{ws}/cfg_badjson"],
+     "cfg_badjson/config.json: not valid JSON"),
+    ("26 config.json a list", ["--model_path", "{ws}/cfg_list"],
+     "cfg_list/config.json: a JSON list"),
+    ("26 config.json without model_type", ["--model_path", "{ws}/cfg_no_type"],
+     "cfg_no_type/config.json: no model_type"),
+    ("26 only an index, no metadata", ["--model_path", "{ws}/cfg_index"],
+     "cfg_index/model.safetensors.index.json: no metadata"),
+    ("26 an index naming missing shards", ["--model_path", "{ws}/cfg_shards"],
+     "cfg_shards/model.safetensors.index.json: lists shard file(s) not in the folder"),
+]  # fmt: skip
+
+
+def _argv(args: list[str], inputs: dict[str, str]) -> list[str]:
+    args = [a.format(**inputs) for a in args]
+    if args[:1] == ["compare"]:
+        return args
+    base = ["--model_path", inputs["model"], "--data", inputs["data"], "--quiet"]
+    base += ["--limit", "1", "--max_tokens", "2", "--output", f"{inputs['ws']}/out"]
+    return base + args  # the last value of an option wins
+
+
+@pytest.mark.parametrize(
+    "args,names",
+    [row[1:] for row in REFUSED_BEFORE_LOADING],
+    ids=[row[0] for row in REFUSED_BEFORE_LOADING],
+)
+def test_review_inputs_are_refused_before_the_model_loads(
+    args: list[str], names: str, bad_inputs: dict[str, str], capsys
+) -> None:
+    before = (Path(bad_inputs["ws"]) / "runA/summary.json").read_bytes()
+    code, err = _main(_argv(args, bad_inputs), capsys)  # the loader raises _Loaded if called
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert names.format(**bad_inputs) in err, err
+    assert not (Path(bad_inputs["ws"]) / "out").exists()
+    assert (Path(bad_inputs["ws"]) / "runA/summary.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--model_path", "{ws}/lora_ok"],
+        ["--model_path", "{ws}/lora_ok", "--base_model", "{model}"],
+        ["--template_kwargs", '{{"enable_thinking": false}}'],
+        ["passk", "--n", "2", "--temperature", "0.001"],
+        ["passk", "--n", "1", "--temperature", "0"],
+        ["--output", "{ws}/new/nested/run"],
+        ["--output", "{ws}/runB", "--force"],
+    ],
+)
+def test_good_inputs_reach_the_model(args: list[str], bad_inputs: dict[str, str], capsys) -> None:
+    """Negative control: every check passes, and the run goes on to load the model."""
+    with pytest.raises(_Loaded):
+        eval_cli.main("countdown", "t", _argv(args, bad_inputs))
+    assert capsys.readouterr().err in ("", "\n")
+
+
+def test_compare_output_beside_the_runs_is_written(bad_inputs: dict[str, str], capsys) -> None:
+    ws = bad_inputs["ws"]
+    table = Path(ws) / "table.md"
+    code, err = _main(
+        ["compare", f"{ws}/runA", f"{ws}/runB/summary.json", "--output", str(table)], capsys
+    )
+    assert code == 0 and table.read_text().startswith("|"), err

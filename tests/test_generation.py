@@ -74,6 +74,32 @@ def test_adapter_without_base_record(tmp_path: Path) -> None:
         resolve_model(str(tmp_path))
 
 
+def test_adapter_base_must_be_a_complete_model(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """An adapter naming itself, or two naming each other, is refused (it recursed until
+    RecursionError); a base that is not a string names adapter_config.json; --base_model is
+    blamed by name."""
+
+    def adapter(name: str, base: object) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": base})
+        )
+        return str(tmp_path / name)
+
+    with pytest.raises(EvalError, match="is the adapter itself"):
+        resolve_model(adapter("self", str(tmp_path / "self")))
+    adapter("a", str(tmp_path / "b"))
+    with pytest.raises(EvalError, match=r"/b/adapter_config.json: .*another LoRA adapter"):
+        resolve_model(adapter("b", str(tmp_path / "a")))
+    with pytest.raises(EvalError, match=r"adapter_config.json: base_model_name_or_path is 5"):
+        resolve_model(adapter("int", 5))
+    good = adapter("good", str(tiny_model_dir))
+    with pytest.raises(EvalError, match=r"^--base_model .*nope: no such folder"):
+        resolve_model(good, base_model=str(tmp_path / "nope"))
+    assert resolve_model(good).base == str(tiny_model_dir)  # negative control
+    assert resolve_model(str(tmp_path / "a"), base_model=str(tiny_model_dir)).kind == "lora"
+
+
 def test_greedy_matches_manual_decoding_and_logprobs(backend: HFBackend) -> None:
     """Batched, left-padded greedy output equals one-at-a-time argmax decoding, and the
     recorded log-probs equal a teacher-forced forward pass over the same tokens."""

@@ -34,6 +34,9 @@ MAX_SAMPLES = 1024  # --n: GRPO groups are 4-64
 MAX_TOKENS = 1_048_576  # above every model's context; the model's own limit is checked later
 MAX_BATCH = 4096
 MAX_TEMPERATURE = 10.0
+# Below this, logits / temperature overflow: torch.multinomial then fails on inf/nan after the
+# model has loaded. 0 (greedy) is allowed, and refused where it would measure nothing.
+MIN_TEMPERATURE = 1e-3
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -80,6 +83,19 @@ def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str],
 
 
 _positive_int = int_in(1, MAX_PROMPTS)
+
+
+def _temperature(text: str) -> float:
+    """An argparse type: 0 (greedy) or a sampling temperature in [MIN_TEMPERATURE, MAX]."""
+    value = float_in(0.0, MAX_TEMPERATURE)(text)
+    if 0.0 < value < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(
+            f"{text} is too small to sample with: use 0 (greedy) or at least {MIN_TEMPERATURE}"
+        )
+    return value
+
+
+_temperature.__name__ = f"0 or a number in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]"
 
 
 def _k_list(text: str) -> list[int]:
@@ -201,9 +217,10 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
     add = parser.add_argument
     add(
         "--temperature",
-        type=float_in(0.0, MAX_TEMPERATURE),
+        type=_temperature,
         default=1.0,
-        help="sampling temperature, above 0; use training's rollout temperature (%(default)s)",
+        help=f"sampling temperature, {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g} (0: greedy, "
+        "--n 1 only); use training's rollout temperature (%(default)s)",
     )
     add(
         "--top_p",

@@ -1,8 +1,10 @@
 """What each eval command does with its parsed options (``cli.py`` builds the parser).
 
-Bad input raises ``EvalError`` before the model loads: the model path, an existing ``--output``
-without ``--force``, the reward kwargs (by name and value), the data (Parquet, verl's columns,
-the task's data_source), the sampling settings, and ``--max_tokens`` against the model's context.
+Bad input raises ``EvalError`` before the model loads: the model path (and a LoRA adapter's
+base), an ``--output`` that exists without ``--force``, is a link or cannot be written, the
+reward kwargs (by name and value) and template kwargs, the data (Parquet, verl's columns, the
+task's data_source, chat-message prompts), the sampling settings, and ``--max_tokens`` against
+the model's context.
 docs/ERRORS.md lists what each command refuses.
 """
 
@@ -30,6 +32,7 @@ from rlvr.tasks import TaskSpec
 def compare(base: str, trained: str, output: str | None, force: bool) -> int:
     if output:
         refuse_existing(Path(output), force)
+        refuse_output_in_inputs(Path(output), {"BASE": base, "TRAINED": trained})
     check_complete_run(Path(base), "BASE")
     check_complete_run(Path(trained), "TRAINED")
     summaries = load_summary(base), load_summary(trained)
@@ -44,6 +47,22 @@ def compare(base: str, trained: str, output: str | None, force: bool) -> int:
     if output:
         write_new_text(Path(output), table, force)
     return 0
+
+
+def refuse_output_in_inputs(output: Path, inputs: dict[str, str]) -> None:
+    """``compare --output`` inside (or equal to) a run it compares would overwrite that run's
+    files (``--force`` onto ``BASE/summary.json``); refused. A ``summary.json`` given as input
+    stands for its run folder."""
+    target = output.resolve()
+    for name, given in inputs.items():
+        run = Path(given).resolve()
+        if run.is_file() and run.name == "summary.json":
+            run = run.parent
+        if target == run or target.is_relative_to(run):
+            raise EvalError(
+                f"--output {output}: inside {name} {given}, a run being compared; write the "
+                "table outside both runs"
+            )
 
 
 def stats(run_dir: str, var_min: float, entropy_min: float, top: int) -> int:
@@ -75,6 +94,10 @@ def grading_settings(task: TaskSpec, args: argparse.Namespace) -> tuple[JSONDict
     if args.reward_kwargs:
         reward_kwargs.update(args.reward_kwargs)
         runs.check_reward_kwargs(task, reward_kwargs, "--reward_kwargs")
+    if args.experiment:
+        origin = f"--experiment {args.experiment} (its apply_chat_template_kwargs)"
+        runs.check_template_kwargs(template_kwargs, origin)
+    runs.check_template_kwargs(args.template_kwargs or {}, "--template_kwargs")
     template_kwargs.update(args.template_kwargs or {})
     return reward_kwargs, template_kwargs, max_response_length
 

@@ -38,57 +38,143 @@ class ModelSource:
 
 def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource:
     """Classify ``model_path`` and fail at once, with the reason, when it cannot be a model."""
-    path = Path(model_path).expanduser()
+    return _resolve(model_path, "--model_path", base_model)
+
+
+def _resolve(
+    name: str, label: str, base_model: str | None = None, base_of: Path | None = None
+) -> ModelSource:
+    """``name`` as a model; ``label`` (the flag or file it came from) starts every refusal.
+    ``base_of`` is the adapter whose base this is: a base is a complete model, never another
+    adapter, so a chain of adapters (or one naming itself) is refused, not followed."""
+    path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise EvalError(f"--model_path {model_path}: is a file; pass the model's folder")
+            raise EvalError(f"{label} {name}: is a file; pass the model's folder")
         if (path / "adapter_config.json").is_file():
+            if base_of is not None:
+                raise EvalError(_adapter_as_base(label, name, path, base_of))
             return _lora_source(path, base_model)
         if (path / "config.json").is_file():
-            try:
-                weights = weight_state(path)
-            except MergeError as exc:
-                raise EvalError(f"--model_path {model_path}: {exc}") from exc
-            adapter = path.parent / ADAPTER_DIR
-            if weights == "peft":  # verl 0.6.1's hf_model of a LoRA run: random layers on load
-                raise EvalError(
-                    f"--model_path {model_path}: PEFT-keyed LoRA weights (verl's hf_model save of "
-                    "a LoRA run), which load as random layers; merge the adapter first: uv run "
-                    f"scripts/merge_lora.py {path.parent}"
-                )
-            if weights == "empty" and (adapter / "adapter_config.json").is_file():
-                # A LoRA checkpoint not merged yet: verl wrote config + tokenizer only here.
-                source = _lora_source(adapter, base_model, tokenizer=str(path))
-                print(
-                    f"--model_path {model_path}: no weights; loading the LoRA adapter {adapter} "
-                    f"on its base {source.base}",
-                    file=sys.stderr,
-                )
-                return source
-            if weights == "empty":
-                raise EvalError(
-                    f"--model_path {model_path}: config.json but no weight files "
-                    "(*.safetensors or pytorch_model*.bin); pass a complete model folder"
-                )
-            if not any((path / name).is_file() for name in TOKENIZER_FILES):
-                raise EvalError(
-                    f"--model_path {model_path}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
-                    "pass a folder saved with its tokenizer"
-                )
-            return ModelSource("folder", str(path))
+            return _folder_source(path, name, label, base_model, base_of)
         raise EvalError(
-            f"--model_path {model_path}: no config.json or adapter_config.json inside; for a "
+            f"{label} {name}: no config.json or adapter_config.json inside; for a "
             "verl checkpoint pass .../global_step_N/actor/huggingface"
         )
-    if looks_local(model_path):  # the same rule pre-flight applies (rlvr.models.hub)
+    if looks_local(name):  # the same rule pre-flight applies (rlvr.models.hub)
         where = f" in {path.parent}/" if path.parent.is_dir() else ""
         raise EvalError(
-            f"--model_path {model_path}: no such folder{where} (taken as a local path); check "
+            f"{label} {name}: no such folder{where} (taken as a local path); check "
             "the name, or pass the model's folder"
         )
-    if HUB_ID.match(model_path):
-        return ModelSource("hub", model_path)
-    raise EvalError(f"--model_path {model_path}: no such folder, and not a hub id (org/name)")
+    if HUB_ID.match(name):
+        return ModelSource("hub", name)
+    raise EvalError(f"{label} {name}: no such folder, and not a hub id (org/name)")
+
+
+def _folder_source(
+    path: Path, name: str, label: str, base_model: str | None, base_of: Path | None
+) -> ModelSource:
+    """A folder with a config.json: its config, index and weights checked as transformers
+    will read them."""
+    problem = _config_problem(path / "config.json") or _index_problem(path)
+    if problem:
+        raise EvalError(f"{label} {name}: {problem}")
+    try:
+        weights = weight_state(path)
+    except MergeError as exc:
+        raise EvalError(f"{label} {name}: {exc}") from exc
+    adapter = path.parent / ADAPTER_DIR
+    if weights == "peft":  # verl 0.6.1's hf_model of a LoRA run: random layers on load
+        raise EvalError(
+            f"{label} {name}: PEFT-keyed LoRA weights (verl's hf_model save of "
+            "a LoRA run), which load as random layers; merge the adapter first: uv run "
+            f"scripts/merge_lora.py {path.parent}"
+        )
+    if weights == "empty" and (adapter / "adapter_config.json").is_file():
+        if base_of is not None:
+            raise EvalError(_adapter_as_base(label, name, adapter, base_of))
+        # A LoRA checkpoint not merged yet: verl wrote config + tokenizer only here.
+        source = _lora_source(adapter, base_model, tokenizer=str(path))
+        print(
+            f"{label} {name}: no weights; loading the LoRA adapter {adapter} "
+            f"on its base {source.base}",
+            file=sys.stderr,
+        )
+        return source
+    if weights == "empty":
+        raise EvalError(
+            f"{label} {name}: config.json but no weight files "
+            "(*.safetensors or pytorch_model*.bin); pass a complete model folder"
+        )
+    if not any((path / file).is_file() for file in TOKENIZER_FILES):
+        raise EvalError(
+            f"{label} {name}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+            "pass a folder saved with its tokenizer"
+        )
+    return ModelSource("folder", str(path))
+
+
+def _adapter_as_base(label: str, name: str, found: Path, adapter: Path) -> str:
+    itself = found.resolve() == adapter.resolve()
+    what = "the adapter itself" if itself else f"another LoRA adapter ({found})"
+    return (
+        f"{label} {name}: is {what}, not a base model; pass --base_model with the complete "
+        "model the adapter was trained on"
+    )
+
+
+def _read_json(file: Path) -> tuple[object, str | None]:
+    """The file's JSON value, or the reason it has none."""
+    try:
+        return json.loads(file.read_text()), None
+    except OSError as exc:
+        return None, f"{file}: unreadable ({exc.strerror or exc})"
+    except ValueError as exc:
+        return None, f"{file}: not valid JSON ({exc})"
+
+
+def _config_problem(config_file: Path) -> str | None:
+    """Why transformers' AutoConfig would refuse the file (only after torch has loaded)."""
+    config, problem = _read_json(config_file)
+    if problem:
+        return f"{problem}; pass a model folder saved by save_pretrained"
+    if not isinstance(config, dict):
+        return f"{config_file}: a JSON {type(config).__name__}, not an object; pass a model folder"
+    if not isinstance(config.get("model_type"), str):
+        return f"{config_file}: no model_type; pass a model folder saved by save_pretrained"
+    return None
+
+
+SHARD_INDEXES = (  # what transformers reads when the single-file weights are absent
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+)
+
+
+def _index_problem(folder: Path) -> str | None:
+    """A sharded checkpoint's index that transformers cannot follow: not an object, without
+    its metadata or weight_map, or naming shard files the folder lacks."""
+    for index_name, single in SHARD_INDEXES:
+        index_file = folder / index_name
+        if not index_file.is_file() or (folder / single).is_file():
+            continue
+        index, problem = _read_json(index_file)
+        if problem:
+            return problem
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(index, dict) or not isinstance(index.get("metadata"), dict):
+            return f"{index_file}: no metadata object; copy the complete model folder"
+        if not isinstance(weight_map, dict) or not weight_map:
+            return f"{index_file}: no weight_map; copy the complete model folder"
+        shards = sorted({str(shard) for shard in weight_map.values()})
+        missing = [shard for shard in shards if not (folder / shard).is_file()]
+        if missing:
+            return (
+                f"{index_file}: lists shard file(s) not in the folder ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''}); copy the complete model folder"
+            )
+    return None
 
 
 def check_context(source: ModelSource, max_tokens: int) -> None:
@@ -112,21 +198,30 @@ def _lora_source(
     adapter: Path, base_model: str | None, tokenizer: str | None = None
 ) -> ModelSource:
     adapter_config = adapter / "adapter_config.json"
-    try:
-        base = base_model or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        base = None
-    if not base:
+    config, problem = _read_json(adapter_config)
+    if problem:
+        raise EvalError(f"{problem}; pass a LoRA adapter folder saved by PEFT")
+    if not isinstance(config, dict):
+        raise EvalError(f"{adapter_config}: a JSON {type(config).__name__}, not an object")
+    recorded: object = config.get("base_model_name_or_path")
+    if base_model:
+        base, label = base_model, "--base_model"
+    elif recorded is None or recorded == "":
+        raise EvalError(f"{adapter_config}: no base_model_name_or_path; pass --base_model")
+    elif not isinstance(recorded, str):
         raise EvalError(
-            f"{adapter_config}: unreadable or without base_model_name_or_path; pass --base_model"
+            f"{adapter_config}: base_model_name_or_path is {json.dumps(recorded)}, not a model "
+            "folder or hub id (a string); fix it or pass --base_model"
         )
+    else:
+        base, label = recorded, f"{adapter_config}: base_model_name_or_path"
     try:
-        resolve_model(base)  # the base must itself be loadable
+        base_source = _resolve(base, label, base_of=adapter)  # the base must itself load
     except EvalError as exc:
-        raise EvalError(
-            f"base model of the LoRA adapter {adapter}: {exc}; or pass --base_model"
-        ) from exc
-    return ModelSource("lora", str(adapter), base=base, tokenizer=tokenizer)
+        if base_model or "--base_model" in str(exc):
+            raise
+        raise EvalError(f"{exc}; or pass --base_model") from exc
+    return ModelSource("lora", str(adapter), base=base_source.path, tokenizer=tokenizer)
 
 
 def load_tokenizer(source: ModelSource) -> Any:

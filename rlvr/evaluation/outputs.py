@@ -46,9 +46,40 @@ def _refusal(flag: str, path: Path) -> EvalError:
     )
 
 
+def _link_refusal(flag: str, path: Path) -> EvalError:
+    target = os.readlink(path)
+    dangling = "" if path.exists() else ", which does not exist"
+    return EvalError(
+        f"{flag} {path} is a symbolic link (to {target}{dangling}); pass a real path, not a link"
+    )
+
+
+def check_writable(path: Path, flag: str = "--output") -> None:
+    """Refuse, before any work, an output that could never be written: one below a file (or
+    a dangling link), or in a folder this process may not write in."""
+    path = Path(os.path.abspath(path))
+    folder = path.parent
+    while not _exists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_symlink() and not folder.exists():
+        raise EvalError(
+            f"{flag} {path}: {folder} is a dangling symbolic link; choose another {flag}"
+        )
+    if not folder.is_dir():
+        raise EvalError(f"{flag} {path}: {folder} is a file, not a folder; choose another {flag}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise EvalError(
+            f"{flag} {path}: cannot write in {folder} (permission denied); choose another {flag}"
+        )
+
+
 def refuse_existing(path: Path, force: bool, flag: str = "--output") -> None:
-    """A one-line EvalError when ``path`` exists and ``--force`` was not given, or when
-    ``--force`` would replace a folder with a file."""
+    """A one-line EvalError when ``path`` exists and ``--force`` was not given, when
+    ``--force`` would replace a folder with a file, when ``path`` is a symbolic link, or when
+    it could not be written (``check_writable``)."""
+    if path.is_symlink():
+        raise _link_refusal(flag, path)
+    check_writable(path, flag)
     if not _exists(path):
         return
     if not force:
@@ -59,8 +90,12 @@ def refuse_existing(path: Path, force: bool, flag: str = "--output") -> None:
 
 def refuse_existing_run(output: Path, force: bool) -> None:
     """As ``refuse_existing`` for a run folder: ``--force`` replaces an eval run folder (or an
-    empty folder, or a link), never another folder or a file."""
-    if not _exists(output) or (force and output.is_symlink()):
+    empty folder), never another folder or a file. A symbolic link is refused, dangling or not:
+    the run would be moved onto the link, not into its target."""
+    if output.is_symlink():
+        raise _link_refusal("--output", output)
+    check_writable(output)
+    if not _exists(output):
         return
     if not force:
         raise _refusal("--output", output)

@@ -96,8 +96,12 @@ def _parquet_frame(path: Path) -> Any:
 
     if path.is_dir():
         raise EvalError(f"--data {path}: is a folder; pass a .parquet file written by data prep")
-    if not path.is_file():
+    if not path.exists():
         raise EvalError(f"--data {path}: no such file (create it with the task's data prep script)")
+    if not path.is_file():  # a FIFO, socket or device: reading it could block or never end
+        raise EvalError(
+            f"--data {path}: not a regular file; pass the .parquet written by data prep"
+        )
     with path.open("rb") as handle:
         magic = handle.read(4)
     if magic != PARQUET_MAGIC:
@@ -136,8 +140,31 @@ def load_rows(
     for index, row in enumerate(rows):
         if not isinstance(row["reward_model"], dict) or "ground_truth" not in row["reward_model"]:
             raise EvalError(f"--data {path}: row {index}: reward_model has no ground_truth")
+        problem = prompt_problem(row["prompt"])
+        if problem:
+            raise EvalError(
+                f"--data {path}: row {index}: prompt {problem}; expected chat messages, "
+                '[{"role": "user", "content": "..."}], as data prep writes them'
+            )
         row["_index"] = index
     return rows
+
+
+def prompt_problem(prompt: object) -> str | None:
+    """Why ``prompt`` is not a list of chat messages the chat template can render, or None.
+    Parquet list columns come back from pandas as numpy arrays."""
+    if isinstance(prompt, (str, bytes, dict)) or not hasattr(prompt, "__iter__"):
+        return f"is a {type(prompt).__name__}, not a list of messages"
+    messages = list(prompt)
+    if not messages:
+        return "has no messages"
+    for number, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"message {number} is a {type(message).__name__}, not an object"
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                return f"message {number} has no {key} string"
+    return None
 
 
 def check_reward_kwargs(task: TaskSpec, kwargs: JSONDict, origin: str) -> None:
@@ -149,6 +176,35 @@ def check_reward_kwargs(task: TaskSpec, kwargs: JSONDict, origin: str) -> None:
         task.check_reward_kwargs(kwargs)
     except TaskError as exc:
         raise EvalError(f"{origin}: {exc}") from None
+
+
+# apply_chat_template's own arguments: eval (like verl's RLHFDataset) sets the first three
+# itself, and the rest change what it returns or conflict with add_generation_prompt.
+RESERVED_TEMPLATE_KWARGS = (
+    "conversation",
+    "add_generation_prompt",
+    "tokenize",
+    "continue_final_message",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+
+
+def check_template_kwargs(kwargs: JSONDict, origin: str) -> None:
+    """Chat-template kwargs that apply_chat_template reserves (``tokenize``...) are refused:
+    passed on, they would fail (or change the prompt) only after the model has loaded."""
+    reserved = [key for key in kwargs if key in RESERVED_TEMPLATE_KWARGS]
+    if reserved:
+        raise EvalError(
+            f"{origin}: {', '.join(reserved)}: apply_chat_template's own argument(s), which eval "
+            "sets itself (add_generation_prompt=True, tokenize=False, as verl renders prompts) "
+            "or which change what it returns; pass template variables only, e.g. enable_thinking"
+        )
 
 
 def render_prompt(
