@@ -20,7 +20,8 @@ def ready_root(tmp_path: Path) -> Path:
     prepare("generate", str(tmp_path / "artifacts/data/countdown"), train_size=8, test_size=4)
     model = tmp_path / "artifacts/models/tiny"
     model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")  # a placeholder: pre-flight looks, never loads
+    # a placeholder: pre-flight looks, never loads
+    (model / "config.json").write_text('{"model_type": "qwen2"}')
     (model / "pytorch_model.bin").write_bytes(b"")  # not opened; no safetensors to count
     (tmp_path / "rewards").symlink_to(ROOT / "rewards")
     return tmp_path

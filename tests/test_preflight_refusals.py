@@ -3,10 +3,12 @@ only after Ray starts (or never, training silently wrong); each with a passing c
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def no_ray_or_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def model_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "models" / "good"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
     (folder / "pytorch_model.bin").write_bytes(b"")
     return folder
 
@@ -48,7 +50,10 @@ def test_model_folders_and_hub_ids(
     assert model_path_problem("Qwen/Qwen3-4B-Instruct-2507") is None  # online hub id
     (tmp_path / "models/empty").mkdir()
     (tmp_path / "models/noweights").mkdir()
-    (tmp_path / "models/noweights/config.json").write_text("{}")
+    (tmp_path / "models/noweights/config.json").write_text('{"model_type": "qwen2"}')
+    (tmp_path / "models/notype").mkdir()
+    (tmp_path / "models/notype/config.json").write_text("{}")
+    (tmp_path / "models/notype/model.safetensors").write_bytes(b"")
     cases = {
         "models/tny": "no such folder",  # one slash, but its parent exists: a typo, not a hub id
         "./tiny": "no such folder",
@@ -56,6 +61,7 @@ def test_model_folders_and_hub_ids(
         "~/models/tiny": "starts with ~",
         "models/empty": "no config.json",
         "models/noweights": "no weights",
+        "models/notype": "no model_type",
         "not a hub id": "neither a local folder nor a hub id",
         "": "is empty",
     }
@@ -82,9 +88,9 @@ def test_offline_hub_id_must_be_cached(tmp_path: Path, monkeypatch: pytest.Monke
         ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0: must be"),
         ("actor_rollout_ref.rollout.n=-2", "actor_rollout_ref.rollout.n=-2"),
         ("actor_rollout_ref.rollout.n=1", "GRPO compares a group"),
-        ("data.train_batch_size=0", "data.train_batch_size=0: must be a number > 0"),
+        ("data.train_batch_size=0", "data.train_batch_size=0: must be a whole number > 0"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size=0", "ppo_mini_batch_size=0"),
-        ("actor_rollout_ref.actor.optim.lr=0", "optim.lr=0: must be a number > 0"),
+        ("actor_rollout_ref.actor.optim.lr=0", "optim.lr=0: must be a finite number > 0"),
         ("actor_rollout_ref.actor.optim.lr=-1e-5", "optim.lr=-1e-05"),
         ("data.max_response_length=0", "data.max_response_length=0"),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "must divide the per-rank"),
@@ -254,3 +260,179 @@ def test_launcher_stops_at_an_unknown_experiment(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "unknown experiment 'countdown_cpuu' (did you mean countdown_cpu?)" in done.stderr
     assert "wandb:" not in done.stdout and "log:" not in done.stdout
+
+
+# --- the launcher's pre-flight, end to end: one bad input, one line, exit 2 ------------------
+
+
+def _safetensors(path: Path, keys: tuple[str, ...] = ("model.embed_tokens.weight",)) -> None:
+    """A safetensors file whose header names ``keys`` (no tensor data: pre-flight never loads)."""
+    header = json.dumps({k: {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for k in keys})
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode())
+
+
+def _model(folder: Path, *weights: str) -> Path:
+    """A model folder with config.json, a tokenizer file and these files (empty, or a
+    header-only safetensors)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    (folder / "tokenizer_config.json").write_text("{}")
+    for name in weights:
+        if name.endswith(".safetensors"):
+            _safetensors(folder / name)
+        else:
+            (folder / name).write_bytes(b"")
+    return folder
+
+
+def _index(folder: Path, *shards: str) -> None:
+    weight_map = {f"layer.{i}.weight": shard for i, shard in enumerate(shards)}
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Good Countdown data and model, and one bad file or folder per way of being wrong."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlvr.tasks.countdown import prepare
+
+    root = tmp_path_factory.mktemp("inputs")
+    prepare("generate", str(root / "data"), train_size=8, test_size=4)
+    table = pq.read_table(root / "data/train.parquet")
+    pq.write_table(table.drop_columns(["data_source"]), root / "no_data_source.parquet")
+    pq.write_table(table.slice(0, 0), root / "no_rows.parquet")
+    text = pa.array([m[0]["content"] for m in table.column("prompt").to_pylist()])
+    prompt = table.schema.get_field_index("prompt")
+    pq.write_table(table.set_column(prompt, "prompt", text), root / "prompt_str.parquet")
+    gt = pa.array([str(r) for r in table.column("reward_model").to_pylist()])
+    reward = table.schema.get_field_index("reward_model")
+    pq.write_table(table.set_column(reward, "reward_model", gt), root / "reward_str.parquet")
+    pq.write_table(
+        table.set_column(prompt, "prompt", pa.array([[]] * 8, table.schema.field("prompt").type)),
+        root / "prompt_empty.parquet",
+    )
+    _model(root / "model", "model.safetensors")
+    _model(root / "model_pt", "optimizer.pt")
+    _index(_model(root / "model_index"), "model-00001-of-00002.safetensors")
+    sharded = _model(root / "model_shard", "model-00001-of-00002.safetensors")
+    _index(sharded, "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    _index(
+        _model(root / "model_sharded", "model-00001-of-00001.safetensors"),
+        "model-00001-of-00001.safetensors",
+    )
+    nometa = _model(root / "model_nometa", "model-00001-of-00001.safetensors")
+    (nometa / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00001.safetensors"}})
+    )
+    (_model(root / "model_notype", "model.safetensors") / "config.json").write_text("{}")
+    peft = _model(root / "model_peft")
+    _safetensors(peft / "model.safetensors", ("base_model.model.lm_head.base_layer.weight",))
+    return {"root": root}
+
+
+def _good(root: Path) -> list[str]:
+    return [
+        f"data.train_files={root / 'data/train.parquet'}",
+        f"data.val_files={root / 'data/test.parquet'}",
+        f"actor_rollout_ref.model.path={root / 'model'}",
+    ]
+
+
+BAD = [
+    # (override, with {root} for the inputs folder; what the one line must say)
+    ("trainer.n_gpus_per_node=abc", "trainer.n_gpus_per_node=abc: must be a whole number > 0"),
+    ("trainer.nnodes=0.5", "trainer.nnodes=0.5: must be a whole number > 0"),
+    ("trainer.nnodes=inf", "trainer.nnodes=inf: must be a whole number > 0"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=inf", "ppo_mini_batch_size=inf: must be"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=2.5", "ppo_mini_batch_size=2.5: must be"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=abc", "ulysses_sequence_parallel"),
+    ("data.max_prompt_length=1e30", "data.max_prompt_length=1e+30: must be a whole number"),
+    ("data.max_prompt_length=4294967296", "data.max_prompt_length=4294967296: must be at most"),
+    ("actor_rollout_ref.actor.optim.lr=inf", "optim.lr=inf: must be a finite number > 0"),
+    ("actor_rollout_ref.actor.optim.lr=nan", "optim.lr=nan: must be a finite number > 0"),
+    ("actor_rollout_ref.actor.optim.lr=abc", "optim.lr=abc: must be a finite number > 0"),
+    ("actor_rollout_ref.rollout.n=inf", "actor_rollout_ref.rollout.n=inf: must be a whole"),
+    ("data.val_files=null", "data.val_files=None: names no file"),
+    ("data.val_files=[]", "data.val_files=[]: names no file"),
+    ("data.train_files=[]", "data.train_files=[]: names no file"),
+    ("data.train_files=''", "data.train_files=: names no file"),
+    ("data.train_files={root}/no_data_source.parquet", "lacks column(s) ['data_source']"),
+    ("data.train_files={root}/no_rows.parquet", "no_rows.parquet has no rows"),
+    ("data.val_files={root}/no_rows.parquet", "data.val_files: {root}/no_rows.parquet has no"),
+    ("data.train_files={root}/prompt_str.parquet", "column prompt is string, not verl's chat"),
+    ("data.train_files={root}/prompt_empty.parquet", "row 0: prompt [] is not a non-empty list"),
+    ("data.train_files={root}/reward_str.parquet", "column reward_model is string, not a struct"),
+    ("actor_rollout_ref.model.path={root}/model_pt", "model_pt has config.json but no weights"),
+    ("actor_rollout_ref.model.path={root}/model_index", "model_index has config.json but no w"),
+    ("actor_rollout_ref.model.path={root}/model_shard", "lists shard file(s) not in the f"),
+    ("actor_rollout_ref.model.path={root}/model_nometa", "index.json: no metadata object"),
+    ("actor_rollout_ref.model.path={root}/model_notype", "config.json: no model_type"),
+    ("actor_rollout_ref.model.path={root}/model_peft", "model_peft holds PEFT-keyed LoRA"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD, ids=[case[0] for case in BAD])
+def test_bad_input_is_one_line_exit_2(
+    inputs: dict[str, Path], override: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``scripts/launch_grpo.sh`` runs before Ray: never a traceback, never "ok"."""
+    root = inputs["root"]
+    assert preflight.main(["countdown_cpu", *_good(root), override.format(root=root)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith("pre-flight: ") and message.format(root=root) in captured.err
+    assert " ok (" not in captured.out
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["data.train_files=[{root}/data/train.parquet,{root}/data/train.parquet]"],
+        ["actor_rollout_ref.model.path={root}/model_sharded"],
+        ["actor_rollout_ref.actor.optim.lr=1", "trainer.n_gpus_per_node=1", "trainer.nnodes=1"],
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"],
+    ],
+)
+def test_good_input_passes(
+    inputs: dict[str, Path], overrides: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Negative controls for the table above: the same inputs, sound, say ok."""
+    root = inputs["root"]
+    extra = [o.format(root=root) for o in overrides]
+    assert preflight.main(["countdown_cpu", *_good(root), *extra]) == 0, capsys.readouterr().err
+    assert " ok (task countdown" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "folder, refused",
+    [
+        ("model", False),
+        ("model_sharded", False),
+        ("model_pt", True),
+        ("model_index", True),
+        ("model_shard", True),
+        ("model_peft", True),
+    ],
+)
+def test_preflight_and_eval_share_one_weight_rule(
+    inputs: dict[str, Path], folder: str, refused: bool
+) -> None:
+    """A folder pre-flight passes, eval loads too, and the other way round (rlvr.models.hub)."""
+    from rlvr.evaluation.errors import EvalError
+    from rlvr.evaluation.model_source import resolve_model
+
+    path = str(inputs["root"] / folder)
+    assert (model_path_problem(path) is not None) is refused
+    assert _raises(EvalError, resolve_model, path) is refused
+
+
+def _raises(kind: type[Exception], function: Callable[..., object], *args: object) -> bool:
+    try:
+        function(*args)
+    except kind:
+        return True
+    return False

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.evaluation.errors import EvalError
-from rlvr.models.hub import HUB_ID, looks_local
+from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -77,7 +77,7 @@ def _folder_source(
 ) -> ModelSource:
     """A folder with a config.json: its config, index and weights checked as transformers
     will read them."""
-    problem = _config_problem(path / "config.json") or _index_problem(path)
+    problem = config_problem(path / "config.json") or index_problem(path)
     if problem:
         raise EvalError(f"{label} {name}: {problem}")
     try:
@@ -132,49 +132,6 @@ def _read_json(file: Path) -> tuple[object, str | None]:
         return None, f"{file}: unreadable ({exc.strerror or exc})"
     except ValueError as exc:
         return None, f"{file}: not valid JSON ({exc})"
-
-
-def _config_problem(config_file: Path) -> str | None:
-    """Why transformers' AutoConfig would refuse the file (only after torch has loaded)."""
-    config, problem = _read_json(config_file)
-    if problem:
-        return f"{problem}; pass a model folder saved by save_pretrained"
-    if not isinstance(config, dict):
-        return f"{config_file}: a JSON {type(config).__name__}, not an object; pass a model folder"
-    if not isinstance(config.get("model_type"), str):
-        return f"{config_file}: no model_type; pass a model folder saved by save_pretrained"
-    return None
-
-
-SHARD_INDEXES = (  # what transformers reads when the single-file weights are absent
-    ("model.safetensors.index.json", "model.safetensors"),
-    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
-)
-
-
-def _index_problem(folder: Path) -> str | None:
-    """A sharded checkpoint's index that transformers cannot follow: not an object, without
-    its metadata or weight_map, or naming shard files the folder lacks."""
-    for index_name, single in SHARD_INDEXES:
-        index_file = folder / index_name
-        if not index_file.is_file() or (folder / single).is_file():
-            continue
-        index, problem = _read_json(index_file)
-        if problem:
-            return problem
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(index, dict) or not isinstance(index.get("metadata"), dict):
-            return f"{index_file}: no metadata object; copy the complete model folder"
-        if not isinstance(weight_map, dict) or not weight_map:
-            return f"{index_file}: no weight_map; copy the complete model folder"
-        shards = sorted({str(shard) for shard in weight_map.values()})
-        missing = [shard for shard in shards if not (folder / shard).is_file()]
-        if missing:
-            return (
-                f"{index_file}: lists shard file(s) not in the folder ({', '.join(missing[:3])}"
-                f"{', ...' if len(missing) > 3 else ''}); copy the complete model folder"
-            )
-    return None
 
 
 def check_context(source: ModelSource, max_tokens: int) -> None:

@@ -22,7 +22,7 @@ needs no torch.
 from __future__ import annotations
 
 import json
-import re
+import os
 import shutil
 import sys
 import tempfile
@@ -32,26 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.cli import OneLineParser
-from rlvr.common.files import read_safetensors_header, swap_in
-from rlvr.models.hub import HUB_ID
+from rlvr.common.files import new_mode, read_safetensors_header, swap_in, widen_to_umask
+from rlvr.models.hub import HUB_ID, WeightsError, index_files, weight_files
+from rlvr.models.hub import weight_state as hub_weight_state
 
 ADAPTER_DIR = "lora_adapter"
 HF_DIR = "huggingface"
 SET_ASIDE = "huggingface.verl"  # where verl's own huggingface/ goes when a merge replaces it
 TEMP_PREFIX = ".huggingface.merging-"
-WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
-# Names only a PEFT-wrapped model's state dict has: verl's hf_model of a LoRA run.
-PEFT_KEY = re.compile(r"^base_model\.model\.|\.base_layer\.|\.lora_(A|B|embedding_A|embedding_B)\.")
 
 Log = Callable[[str], None]
 
 
 class MergeError(Exception):
     """A checkpoint that cannot be merged (no adapter, base not found...): the CLI exits 2."""
-
-
-def weight_files(folder: Path) -> list[Path]:
-    return sorted(p for pattern in WEIGHT_GLOBS for p in folder.glob(pattern) if p.is_file())
 
 
 def safetensors_keys(path: Path) -> list[str]:
@@ -64,23 +58,12 @@ def safetensors_keys(path: Path) -> list[str]:
 
 
 def weight_state(folder: Path) -> str:
-    """``missing`` (no folder), ``empty`` (no weight files), ``peft`` (PEFT-keyed weights,
-    verl's hf_model of a LoRA run) or ``plain`` (ordinary weights; ``.bin`` is not opened)."""
-    if not folder.is_dir():
-        return "missing"
-    files = weight_files(folder)
-    if not files:
-        return "empty"
-    keys: list[str] = []
-    for file in files:
-        if file.name.endswith(".index.json"):
-            try:
-                keys += list(json.loads(file.read_text()).get("weight_map", {}))
-            except (OSError, ValueError) as exc:
-                raise MergeError(f"{file}: unreadable index ({exc})") from exc
-        elif file.suffix == ".safetensors":
-            keys += safetensors_keys(file)
-    return "peft" if any(PEFT_KEY.search(key) for key in keys) else "plain"
+    """``rlvr.models.hub.weight_state`` (the rule pre-flight applies too): ``missing``,
+    ``empty``, ``peft`` or ``plain``; MergeError for weights that cannot be read."""
+    try:
+        return hub_weight_state(folder)
+    except WeightsError as exc:
+        raise MergeError(str(exc)) from exc
 
 
 def recorded_base(adapter_dir: Path) -> str:
@@ -146,7 +129,9 @@ def merge_checkpoint(
     temp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=actor))
     aside: Path | None = None
     try:
+        os.chmod(temp, new_mode(hf, folder=True))  # not mkdtemp's 0700: others load it too
         dtype = _write_merged(adapter, base, temp, carry)
+        widen_to_umask(*temp.iterdir())  # safetensors saves the weights 0600
         load_strictly(temp, dtype="auto")
         aside = swap_in(temp, hf, _free_name(actor / SET_ASIDE))
     except BaseException:
@@ -222,7 +207,7 @@ def _write_merged(adapter: Path, base: str, out: Path, carry: Path | None) -> st
     merged = peft_model.merge_and_unload().to(dtype)
     merged.save_pretrained(out, safe_serialization=True)
     if carry is not None:
-        skip = set(weight_files(carry))
+        skip = set(weight_files(carry)) | set(index_files(carry))
         for file in carry.iterdir():
             if file.is_file() and file not in skip and not (out / file.name).exists():
                 shutil.copy2(file, out / file.name)
@@ -258,6 +243,19 @@ def _actor_dir(path: Path) -> Path | None:
     if (path / "actor" / ADAPTER_DIR).is_dir():
         return path / "actor"
     return None
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a verl checkpoint of any kind (a root, a step, an actor folder), LoRA
+    or not: a folder that is none of these is a wrong argument, not "nothing to merge"."""
+    return (
+        any(step.is_dir() for step in path.glob("global_step_*"))
+        or (path / "latest_checkpointed_iteration.txt").is_file()
+        or (path / "actor").is_dir()
+        or path.name.startswith("global_step_")
+        or path.name == "actor"
+        or (path.name == HF_DIR and path.parent.name == "actor")
+    )
 
 
 def _experiment_root(experiment: str, overrides: list[str]) -> Path:
@@ -311,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         if actor is not None:
             merge_checkpoint(actor, args.base_model, log=print)
             return 0
+        if args.experiment is None and not _is_checkpoint(path):
+            raise MergeError(
+                f"{args.target[0]}: not a verl checkpoint (no global_step_N/ or actor/ in it); "
+                "pass a checkpoint root (trainer.default_local_dir), a global_step_N folder or "
+                "its actor/"
+            )
         if not merge_all(path, args.base_model, log=print):
             count = len(lora_actor_dirs(path))
             print(

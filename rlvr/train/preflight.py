@@ -14,6 +14,7 @@ import contextlib
 import copy
 import importlib.util
 import io
+import math
 import os
 import socket
 import sys
@@ -40,8 +41,10 @@ def _parquet_problem(path: Path) -> str | None:
     """Why ``path`` is not a Parquet file, from its magic bytes (cheap, before pyarrow)."""
     if path.is_dir():
         return "is a folder; point it at a .parquet file"
-    if not path.is_file():
+    if not path.exists():
         return "does not exist"
+    if not path.is_file():
+        return "is not a regular file (a pipe or device); point it at a .parquet file"
     with path.open("rb") as handle:
         head = handle.read(4)
         handle.seek(max(0, path.stat().st_size - 4))
@@ -51,23 +54,78 @@ def _parquet_problem(path: Path) -> str | None:
     return None
 
 
+def _data_files(files: Any) -> list[str]:
+    """``data.train_files``/``val_files`` as verl reads them: one path, or a list of paths."""
+    if isinstance(files, str):
+        return [files] if files.strip() else []
+    if files is None or isinstance(files, bool | int | float):
+        return []
+    try:
+        return [str(path) for path in files]
+    except TypeError:
+        return []
+
+
+def _is_list_of(kind: Any, fields: tuple[str, ...]) -> bool:
+    """Whether an Arrow type is a list of structs with these fields (verl's chat messages)."""
+    import pyarrow as pa
+
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return False
+    value = kind.value_type
+    return pa.types.is_struct(value) and all(value.get_field_index(f) >= 0 for f in fields)
+
+
+def _column_problem(path: str, schema: Any) -> str | None:
+    """Why the ``prompt`` or ``reward_model`` column is not what verl reads: chat messages
+    (a list of {role, content}) and a struct with ``ground_truth``. The types, then the first
+    rows' prompts (a null or empty message list fails only inside the dataloader)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompt = schema.field("prompt").type
+    if not _is_list_of(prompt, ("role", "content")):
+        return (
+            f"column prompt is {prompt}, not verl's chat messages (a list of {{role, content}}); "
+            "write it as [{'role': 'user', 'content': ...}]"
+        )
+    reward = schema.field("reward_model").type
+    if not (pa.types.is_struct(reward) and reward.get_field_index("ground_truth") >= 0):
+        return f"column reward_model is {reward}, not a struct with ground_truth"
+    batch = next(pq.ParquetFile(path).iter_batches(batch_size=16, columns=["prompt"]), None)
+    rows = [] if batch is None else batch.column(0).to_pylist()
+    for row, messages in enumerate(rows):
+        if not messages or any(
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+            for m in messages
+        ):
+            return f"row {row}: prompt {messages!r} is not a non-empty list of {{role, content}}"
+    return None
+
+
 def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
-    """Each data file exists, is Parquet with verl's columns, and holds rows of the task the
-    reward grades (GSM8K rows under the Countdown reward would all score 0, silently)."""
+    """Each data file exists, is Parquet with verl's columns, has rows, and holds rows of the
+    task the reward grades (GSM8K rows under the Countdown reward would all score 0, silently)."""
     import pyarrow.parquet as pq
 
     problems = []
     hint = f"; create it with: {task.prep_command}" if task else ""
     for key in ("train_files", "val_files"):
-        files = config.data[key]
-        for path in [files] if isinstance(files, str) else list(files):
+        files = config.data.get(key)
+        paths = _data_files(files)
+        if not paths:
+            problems.append(f"data.{key}={files}: names no file; set it to a .parquet file{hint}")
+            continue
+        for path in paths:
             problem = _parquet_problem(Path(path))
             if problem is not None:
                 problems.append(f"data.{key}: {path} {problem}{hint}")
                 continue
             try:
-                table = pq.read_table(path, columns=["data_source"])
-                schema = pq.read_schema(path)
+                parquet = pq.ParquetFile(path)
+                schema, rows = parquet.schema_arrow, parquet.metadata.num_rows
             except Exception as exc:
                 problems.append(
                     f"data.{key}: {path} is not readable Parquet ({_first_line(exc)}){hint}"
@@ -76,6 +134,20 @@ def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
             missing = [c for c in DATA_COLUMNS if c not in schema.names]
             if missing:
                 problems.append(f"data.{key}: {path} lacks column(s) {missing}{hint}")
+                continue
+            if rows == 0:
+                problems.append(f"data.{key}: {path} has no rows{hint}")
+                continue
+            try:
+                column_problem = _column_problem(path, schema)
+                table = pq.read_table(path, columns=["data_source"])
+            except Exception as exc:
+                problems.append(
+                    f"data.{key}: {path} is not readable Parquet ({_first_line(exc)}){hint}"
+                )
+                continue
+            if column_problem is not None:
+                problems.append(f"data.{key}: {path} {column_problem}{hint}")
                 continue
             sources = sorted({str(s) for s in table.column("data_source").to_pylist()})
             if task and sources != [task.data_source]:
@@ -87,15 +159,35 @@ def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
     return problems
 
 
-def _positive(config: Any, key: str, allow_none: bool = False) -> str | None:
-    """A problem when the dotted ``key`` is not a positive number."""
+MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32
+
+
+def _count(config: Any, key: str, allow_none: bool = False) -> str | None:
+    """A problem when the dotted ``key`` is not a whole number > 0 (a count or a length)."""
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(config, key)
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        return f"{key}={value}: must be a number > 0"
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return f"{key}={value}: must be a whole number > 0"
+    if value > MAX_COUNT:
+        return f"{key}={value}: must be at most {MAX_COUNT}"
+    return None
+
+
+def _rate(config: Any, key: str) -> str | None:
+    """A problem when the dotted ``key`` is not a finite number > 0 (a learning rate)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        return f"{key}={value}: must be a finite number > 0"
     return None
 
 
@@ -103,24 +195,26 @@ def numeric_problems(config: Any) -> list[str]:
     """Settings verl 0.6.1 rejects only inside its Ray workers (rollout.n=0 fails the
     mini-batch normalisation of ``fsdp_workers``), or that train nothing (lr 0)."""
     actor = "actor_rollout_ref.actor"
-    keys = [
+    counts = [
         "data.train_batch_size",
         "data.max_prompt_length",
         "data.max_response_length",
         f"{actor}.ppo_mini_batch_size",
-        f"{actor}.optim.lr",
         "trainer.n_gpus_per_node",
         "trainer.nnodes",
     ]
     optional = [
         f"{actor}.ppo_micro_batch_size_per_gpu",
+        f"{actor}.ulysses_sequence_parallel_size",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     ]
-    problems = [p for k in keys if (p := _positive(config, k)) is not None]
-    problems += [p for k in optional if (p := _positive(config, k, allow_none=True)) is not None]
+    problems = [p for k in counts if (p := _count(config, k)) is not None]
+    problems += [p for k in optional if (p := _count(config, k, allow_none=True)) is not None]
+    if (problem := _rate(config, f"{actor}.optim.lr")) is not None:
+        problems.append(problem)
     n = config.actor_rollout_ref.rollout.n
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_COUNT:
         problems.append(f"actor_rollout_ref.rollout.n={n}: must be a whole number >= 1")
     elif n < 2 and config.algorithm.adv_estimator == "grpo":
         problems.append(
@@ -193,9 +287,11 @@ def _reward_problems(config: Any, task: TaskSpec | None) -> list[str]:
 
 
 def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
-    wanted = int(config.trainer.n_gpus_per_node)
     if config.actor_rollout_ref.rollout.name == "hf":  # the CPU path advertises one Ray GPU
         return []
+    if _count(config, "trainer.n_gpus_per_node") is not None:
+        return []  # numeric_problems reports it
+    wanted = int(config.trainer.n_gpus_per_node)
     if visible_gpus is None:
         import torch
 
