@@ -109,6 +109,26 @@ def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> No
     assert "val-core/countdown/acc/mean@1" in records[2].metrics  # test_freq=2
 
 
+def test_run_ends_with_a_report_rollout_dumps_and_wandb_tables(
+    workdir: Path, first_run: str
+) -> None:
+    """configs/grpo.yaml's rollout dumps (bounded by the hook), the run report the fit hook
+    writes when training ends, and both reaching wandb (validation generations, figures)."""
+    run = workdir / "checkpoints/e2e"
+    dumps = sorted(run.glob("rollouts/*.jsonl"))
+    assert [p.name for p in dumps] == ["1.jsonl", "2.jsonl"]
+    rows = [json.loads(line) for line in dumps[0].read_text().splitlines()]
+    assert len(rows) == 4 and {"input", "output", "score", "acc"} <= rows[0].keys()
+    assert f"rlvr: run report {run}/report.md" in first_run
+    assert "reward.png" in (run / "report.md").read_text()
+    from rlvr.train.rehearsal_checks import history_rows
+
+    (run_file,) = (workdir / "logs/wandb").glob("offline-run-*/run-*.wandb")
+    keys = {key for row in history_rows(run_file) for key in row}
+    assert any(key.startswith("val/generations/") for key in keys)
+    assert any(key.startswith("report/reward/") for key in keys), sorted(keys)[:40]
+
+
 def test_eval_cli_reads_the_checkpoint(workdir: Path, first_run: str) -> None:
     """The eval CLI on the real verl ``actor/huggingface`` layout: reward, then analyse."""
     import sys

@@ -336,3 +336,13 @@ def test_end_of_run_report_is_written_and_its_figures_reach_wandb(tmp_path: Path
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     keys = {key.split("/")[1] for row in history_rows(run_file) for key in row if "report/" in key}
     assert {"reward", "entropy"} <= keys
+
+
+def test_last_step_report_refuses_a_changed_verl() -> None:
+    class Tracking:  # a later verl whose log takes other parameters
+        def log(self, data, step, backend=None, commit=True): ...  # type: ignore[no-untyped-def]
+
+    changed = types.ModuleType("verl.utils.tracking")
+    changed.Tracking = Tracking  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match=r"Tracking\.log"):
+        verl_hooks._report_at_last_step(changed)

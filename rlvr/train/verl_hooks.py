@@ -18,7 +18,9 @@ The patches:
   root without resolving it, so an interpolation would arrive as the literal ``${...}``): the
   same ``fit`` wrapper sets it in the TaskRunner from the resolved ``paths.metrics``
   (``configs/grpo.yaml``), on whichever node the TaskRunner runs.
-- always: the run report (``rlvr.report``) written when ``fit`` returns, figures to wandb.
+- always: the run report (``rlvr.report``) written once the last step is logged, its figures
+  logged to wandb with that step (``Tracking.log`` wrapped; ``fit`` returning is too late, as
+  verl's tracker finishes the wandb run when ``fit``'s locals go).
 - always: rollout dumps kept bounded. With ``trainer.rollout_data_dir`` set (configs/grpo.yaml)
   verl writes every step's rollouts and never deletes any; ``_dump_generations`` is wrapped to
   keep only what ``rollout_dumps`` says (the report reads them).
@@ -120,6 +122,7 @@ def install() -> None:
         after_import("torch", lambda module: _trace("torch_imported"))
     after_import("verl.trainer.ppo.ray_trainer", _wrap_fit)
     after_import("verl.utils.tracking", _fix_file_logger)
+    after_import("verl.utils.tracking", _report_at_last_step)
     if os.environ.get(CPU_COMPAT_ENV) == "1":
         # verl's package import pulls in torch; the CPU fixes patch both.
         after_import("verl", lambda module: _install_cpu_compat())
@@ -161,11 +164,14 @@ def _wrap_fit(module: ModuleType) -> None:
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         metrics = set_metrics_path(self.config)
+        # The run's folder: where paths.metrics is (default_local_dir, or a sweep's point).
+        run_dir = os.path.dirname(metrics) if metrics else self.config.trainer.default_local_dir
+        _run_end.clear()
+        _run_end.update(step=int(self.total_training_steps), run_dir=run_dir, done=False)
         try:
             result = original(self, *args, **kwargs)
-            # The run's folder: where paths.metrics is (default_local_dir, or a sweep's point).
-            run_dir = os.path.dirname(metrics) if metrics else self.config.trainer.default_local_dir
-            end_of_run_report(run_dir)
+            if not _run_end["done"]:  # stopped before its last step: report what it logged
+                end_of_run_report(run_dir)
             return result
         finally:
             wandb = sys.modules.get("wandb")
@@ -181,7 +187,39 @@ def _wrap_fit(module: ModuleType) -> None:
     trainer_class.fit = fit
 
 
-def end_of_run_report(run_dir: str) -> None:
+# The running fit's last step and folder, for the report logged with that step (below).
+_run_end: dict[str, Any] = {}
+# verl 0.6.1's Tracking.log parameters.
+TRACKING_LOG_PARAMS = ("self", "data", "step", "backend")
+
+
+def _report_at_last_step(module: ModuleType) -> None:
+    """``Tracking.log``: once the last step's metrics are logged (the file logger has written
+    them), the run report, its figures logged with that step. It cannot wait for ``fit`` to
+    return: verl's tracker is a local of ``fit`` whose ``__del__`` finishes the wandb run."""
+    tracking = module.Tracking
+    original = tracking.log
+    if getattr(original, "_rlvr_reports", False):
+        return
+    params = tuple(inspect.signature(original).parameters)
+    if params != TRACKING_LOG_PARAMS:
+        raise RuntimeError(
+            f"rlvr: verl's Tracking.log{params} is not 0.6.1's {TRACKING_LOG_PARAMS}; update "
+            "rlvr/train/verl_hooks.py"
+        )
+
+    @functools.wraps(original)
+    def log(self: Any, data: Any, step: int, backend: Any = None) -> None:
+        original(self, data, step, backend)
+        if _run_end and not _run_end["done"] and backend is None and step >= _run_end["step"]:
+            _run_end["done"] = True
+            end_of_run_report(_run_end["run_dir"], step)
+
+    log._rlvr_reports = True  # type: ignore[attr-defined]
+    tracking.log = log
+
+
+def end_of_run_report(run_dir: str, step: int | None = None) -> None:
     """The run report (``scripts/report.py``: report.md, curves, health alarms) written beside
     the checkpoints when training ends, its figures logged to the wandb run when there is one.
     A report that cannot be made is a printed line, never a failed run."""
@@ -197,7 +235,7 @@ def end_of_run_report(run_dir: str) -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None:
         images = {f"report/{name}": wandb.Image(str(path)) for name, path in report.figures.items()}
-        wandb.log(images)
+        wandb.log(images, step=step)
 
 
 # verl 0.6.1's RayPPOTrainer._dump_generations; another signature is a verl we have not read.
