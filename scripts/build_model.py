@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from rlvr.common.cli import OneLineParser
-from rlvr.common.files import staged_dir
+from rlvr.common.files import output_folder_problem, staged_dir
 from rlvr.common.signals import sigterm_as_interrupt
 
 DEFAULT_DIRS = {
@@ -53,17 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     out = Path(args.out or DEFAULT_DIRS[args.model])
-    if out.exists() and not args.force:
-        if (out / "config.json").exists():
-            print(f"{out} exists; keeping it (--force rebuilds)")
-            return 0
-        if not out.is_dir() or any(out.iterdir()):
-            print(
-                f"error: --out {out}: exists and is not a model folder; choose another --out, "
-                "or --force to replace it",
-                file=sys.stderr,
-            )
-            return 2
+    if out.exists() and not args.force and (out / "config.json").exists():
+        print(f"{out} exists; keeping it (--force rebuilds)")  # a link to a model too
+        return 0
+    # Before the build (seconds to minutes): a symlink (the swap would replace the link, not
+    # fill its target) or a folder that cannot be written would only fail after it.
+    problem = output_folder_problem(out, "--out")
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if out.exists() and not args.force and (not out.is_dir() or any(out.iterdir())):
+        print(
+            f"error: --out {out}: exists and is not a model folder; choose another --out, "
+            "or --force to replace it",
+            file=sys.stderr,
+        )
+        return 2
     # SIGTERM ends the build like Ctrl-C, so the staging folder's clean-up runs (the default
     # action would leave it behind, and could stop between the two renames of a swap).
     _preload(args.model)

@@ -25,9 +25,17 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ "$MODEL" == tiny || "$MODEL" == smollm2 ]] || { echo "--model must be tiny or smollm2" >&2; exit 2; }
-[[ -z "$STEPS" || "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "--steps must be a positive integer" >&2; exit 2; }
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+# At most 10000 steps (hours per step on CPU): a typo'd huge number is refused, not overflowed.
+[[ -z "$STEPS" || ( "$STEPS" =~ ^[1-9][0-9]{0,4}$ && "$STEPS" -le 10000 ) ]] \
+    || { echo "--steps must be a whole number from 1 to 10000" >&2; exit 2; }
+[[ "$OUT" == /* ]] || OUT="$PWD/$OUT"  # absolute before the cd below; created after every check
+if [[ -e "$OUT" && ! -d "$OUT" ]]; then echo "--out $OUT: is a file, not a folder" >&2; exit 2; fi
+PARENT="$OUT"
+while [[ ! -e "$PARENT" && ! -L "$PARENT" ]]; do PARENT="$(dirname "$PARENT")"; done
+[[ -d "$PARENT" ]] || { echo "--out $OUT: $PARENT is not a folder" >&2; exit 2; }
+# A real write, not [[ -w ]]: that says yes to root on read-only mounts.
+PROBE="$(mktemp -d "$PARENT/.quickstart-write-check-XXXXXX" 2>/dev/null)" && rmdir "$PROBE" \
+    || { echo "--out $OUT: cannot write in $PARENT" >&2; exit 2; }
 cd "$ROOT"
 PY=(uv run --no-sync python)
 START=$SECONDS
@@ -70,6 +78,7 @@ EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "
     --max_tokens "$MAX_TOKENS" --reward_kwargs "$REWARD_KWARGS" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --temperature "$TEMPERATURE" --seed 0)
 
+mkdir -p "$OUT"  # only now: every check above has passed
 echo "== 1/6 data: generated Countdown tasks -> $DATA"
 "${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
     --train_size 512 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from test_files import unwritable_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,8 +75,15 @@ def test_an_interrupted_rebuild_leaves_the_old_model(
 
 
 def test_the_real_tiny_build(script: ModuleType, tmp_path: Path) -> None:
-    assert script.main(["tiny", "--out", str(tmp_path / "tiny")]) == 0
+    mask = os.umask(0o022)
+    try:
+        assert script.main(["tiny", "--out", str(tmp_path / "tiny")]) == 0
+    finally:
+        os.umask(mask)
     assert (tmp_path / "tiny" / "config.json").is_file()
+    # mkdtemp's 0700 and safetensors' 0600 would lock everyone else out
+    assert stat.S_IMODE((tmp_path / "tiny").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "tiny" / "model.safetensors").stat().st_mode) == 0o644
 
 
 def _old_model(folder: Path) -> None:
@@ -130,3 +139,75 @@ def test_bad_out_is_refused_in_one_line(
     assert script.main(["tiny", "--out", str(a_file)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out" in err and a_file.read_text() == "mine"
+
+
+def _not_called(model: str, folder: Path) -> None:
+    raise AssertionError("the build ran before the refusal")
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
+def test_a_symlink_out_is_refused_before_the_build(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, force: list[str]
+) -> None:
+    """A dangling link made the swap fail after the build (NotADirectoryError); a live one was
+    replaced by --force and left behind as .NAME.replaced-PID."""
+    monkeypatch.setattr(script, "_build", _not_called)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    live = tmp_path / "live"
+    live.symlink_to(target)
+    for link in (dangling, live):
+        assert script.main(["tiny", "--out", str(link), *force]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err == f"error: --out {link}: is a symbolic link (to {os.readlink(link)}); pass "
+            "the folder itself\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "live", "target"]
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+
+
+def test_a_symlink_to_a_model_is_kept_without_force(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: nothing is written through a link to a built model, so it is simply kept."""
+    monkeypatch.setattr(script, "_build", _not_called)
+    _old_model(tmp_path / "model")
+    (tmp_path / "link").symlink_to(tmp_path / "model")
+    assert script.main(["tiny", "--out", str(tmp_path / "link")]) == 0
+
+
+def test_an_out_in_a_read_only_folder_is_refused_before_the_build(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setattr(script, "_build", _not_called)
+    out = unwritable_folder(tmp_path) / "model"
+    assert script.main(["tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: cannot write in") and err.count("\n") == 1
+
+
+def test_force_over_a_file_leaves_no_set_aside_copy(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(script, "_build", _fake_build)
+    (tmp_path / "out").write_text("a file")
+    assert script.main(["tiny", "--out", str(tmp_path / "out"), "--force"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and (tmp_path / "out").is_dir()
+
+
+def test_the_built_folder_and_weights_are_readable_by_others(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mkdtemp makes the staging folder 0700 and safetensors saves weights 0600: published,
+    they get what mkdir/open give under the umask."""
+    monkeypatch.setattr(script, "_build", _fake_build)
+    mask = os.umask(0o022)
+    try:
+        assert script.main(["tiny", "--out", str(tmp_path / "m")]) == 0
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "m").stat().st_mode) == 0o755

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import asdict
@@ -151,6 +152,10 @@ def test_merge_loads_strictly_and_equals_peft_merge(
     assert {"tokenizer.json", "generation_config.json"} <= {p.name for p in hf.iterdir()}
     # verl's own folder is moved aside, not deleted; no temporary folder is left behind.
     assert (actor / "huggingface.verl/config.json").is_file()
+    # The merged folder has verl's folder's mode, not mkdtemp's 0700, and the weights what open
+    # gives under the umask, not safetensors' 0600: others can load the model.
+    assert _mode(hf) == _mode(actor / "huggingface.verl") != 0o700
+    assert _mode(hf / "model.safetensors") == 0o666 & ~_umask()
     assert sorted(p.name for p in actor.iterdir()) == [
         "huggingface",
         "huggingface.verl",
@@ -275,6 +280,35 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         lora_merge.main([])
     assert exc.value.code == 2
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_refused(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model folder, an adapter folder on its own, an empty folder: not "nothing to merge"
+    (exit 0), which would hide the wrong argument; docs/ERRORS.md lists this refusal."""
+    adapter_only = tmp_path / "adapter"
+    adapter_only.mkdir()
+    (adapter_only / "adapter_config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for folder in (tiny_model_dir, adapter_only, tmp_path / "empty"):
+        assert lora_merge.main([str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {folder}: not a verl checkpoint") and err.count("\n") == 1
+    # Controls: a checkpoint root without LoRA steps is a checkpoint, with nothing to merge.
+    (tmp_path / "full/global_step_1/actor").mkdir(parents=True)
+    assert lora_merge.main([str(tmp_path / "full")]) == 0
+    assert "nothing to merge" in capsys.readouterr().out
 
 
 def test_wrong_base_model_is_refused(tmp_path: Path, trained: Any) -> None:

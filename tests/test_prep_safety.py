@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rlvr.common import files
 from rlvr.data import prep
 from rlvr.tasks import countdown, gsm8k, prep_cli
 
@@ -184,6 +185,50 @@ def test_a_file_as_local_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
     assert "is a file" in capsys.readouterr().err and target.read_text() == "a file"
 
 
+@pytest.mark.parametrize("kind", ["dangling", "live"])
+def test_a_symlink_as_local_dir_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture, kind: str
+) -> None:
+    """A dangling link made prep create its target elsewhere; a live one would be replaced."""
+    target = tmp_path / "target"
+    if kind == "live":
+        target.mkdir()
+    link = tmp_path / "data"
+    link.symlink_to(target)
+    assert _run("countdown", ["--source", "generate", "--local_dir", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"error: --local_dir {link}: is a symbolic link (to {target}); pass the "
+        "folder itself\n"
+    )
+    assert link.is_symlink() and target.exists() == (kind == "live")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["data"] + ["target"] * (kind == "live")
+    )
+
+
+def test_a_local_dir_in_a_read_only_folder_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from test_files import unwritable_folder
+
+    out = unwritable_folder(tmp_path) / "data"
+    assert _run("countdown", ["--source", "generate", "--local_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --local_dir {out}: cannot write in") and err.count("\n") == 1
+
+
+def test_a_copy_left_by_a_killed_prep_is_removed_by_the_next(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = tmp_path / f".out.replaced-{int(dead.stdout)}"
+    stale.mkdir()
+    (stale / "train.parquet").write_text("old")
+    countdown.prepare("generate", tmp_path / "out", train_size=20, test_size=5)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 # --- interruptions -----------------------------------------------------------------------------
 
 
@@ -218,13 +263,13 @@ def test_a_signal_during_the_swap_waits_for_it(
     the swap completes and the new files are there, whole."""
     out = tmp_path / "out"
     shutil.copytree(previous_output["countdown"], out)
-    real_swap = prep.swap_in
+    real_swap = files.swap_in
 
     def signalled_swap(new: Path, destination: Path, aside: Path) -> Path | None:
         os.kill(os.getpid(), signal.SIGTERM)
         return real_swap(new, destination, aside)
 
-    monkeypatch.setattr(prep, "swap_in", signalled_swap)
+    monkeypatch.setattr(files, "swap_in", signalled_swap)
     code = prep.run_prep_cli(
         lambda: countdown.prepare("generate", out, train_size=30, test_size=5, seed=9)
     )

@@ -50,13 +50,43 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _quickstart(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "scripts/quickstart.sh", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_quickstart_rejects_bad_flags() -> None:
     for args in (["--model", "gpt5"], ["--steps", "0"], ["--bogus"]):
-        done = subprocess.run(
-            ["bash", "scripts/quickstart.sh", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = _quickstart(*args)
         assert done.returncode == 2, (args, done.stderr)
+
+
+@pytest.mark.parametrize("steps", ["99999999999999999999", "10001", "1e3", "-5"])
+def test_quickstart_bounds_steps_and_creates_nothing_first(tmp_path: Path, steps: str) -> None:
+    """A huge --steps used to pass (and overflow); --out is created only after every check."""
+    out = tmp_path / "new" / "qs"
+    done = _quickstart("--model", "tiny", "--steps", steps, "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--steps" in done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
+    from test_files import unwritable_folder
+
+    (tmp_path / "file").write_text("mine")
+    for out, message in (
+        (tmp_path / "file", "is a file"),
+        (tmp_path / "file" / "qs", "is not a folder"),
+        (unwritable_folder(tmp_path) / "qs", "cannot write in"),
+    ):
+        done = _quickstart("--model", "tiny", "--out", str(out))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"--out {out}: ")
+        assert message in done.stderr and done.stderr.count("\n") == 1
+    assert (tmp_path / "file").read_text() == "mine"

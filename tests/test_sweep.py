@@ -62,6 +62,18 @@ def test_grid_aliases_order_and_names() -> None:
         (["lr=1", "actor_rollout_ref.actor.optim.lr=2"], "already on the grid"),
         (["a.b.n=1", "c.n=2"], "different names"),
         (["lr;rm=1"], "not a config key"),
+        # a value lost to a stray comma is refused, not silently one run fewer
+        (["lr=1e-5,,1e-4"], "an empty value"),
+        (["lr=1e-5,"], "an empty value"),
+        (["lr=,1e-5"], "an empty value"),
+        # no learning rate or coefficient is infinite
+        (["lr=inf"], "inf is not a finite number"),
+        (["lr=1e-5,-inf"], "-inf is not a finite number"),
+        (["kl_coef=nan"], "nan is not a finite number"),
+        (["lr=1e999"], "1e999 is not a finite number"),
+        # true/1 and false/0 are one value (see value_key): two identical runs
+        (["trainer.val_before_train=true,1"], r"repeated values \(true, 1 are one value\)"),
+        (["trainer.val_before_train=False,0.0"], "repeated values"),
     ],
 )
 def test_bad_grids_are_refused(specs: list[str], message: str) -> None:
@@ -535,6 +547,8 @@ def test_grid_values_are_compared_as_values(spec: str, repeated: str) -> None:
 def test_distinct_values_and_text_stay_apart() -> None:
     """Controls: different numbers, and strings that only look alike, are separate points."""
     assert len(grid_points(parse_grid(["lr=1e-5,1e-4", "data.tag=a,A"]))) == 4
+    assert len(grid_points(parse_grid(["trainer.val_before_train=true,false"]))) == 2
+    assert parse_grid(["data.tag=info, nano"])[0].values == ("info", "nano")  # text, not inf/nan
 
 
 def test_a_rerun_spelling_a_value_differently_reuses_its_point(tmp_path: Path) -> None:
@@ -587,6 +601,8 @@ def _script(name: str) -> Any:
         (["--experiment=countdown_cpuu", "--grid=lr=1"], "did you mean countdown_cpu?"),
         (["--experiment=countdown_cpu", "--grid=rollout_n=2,0"], "rollout.n=0: must be"),
         (["--experiment=countdown_cpu", "--grid=lr=1e-5,1e-05"], "are one value"),
+        (["--experiment=countdown_cpu", "--grid=lr=1e-5,,1e-4"], "an empty value"),
+        (["--experiment=countdown_cpu", "--grid=lr=inf"], "inf is not a finite number"),
     ],
 )
 def test_sweep_cli_refuses_with_one_line(

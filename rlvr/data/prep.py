@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.common.files import swap_in
+from rlvr.common.files import new_mode, output_folder_problem, remove_stale_asides, replace_folder
 from rlvr.common.signals import signals_deferred, sigterm_as_interrupt
 
 # The columns verl's RLHFDataset and reward manager read from every row.
@@ -177,9 +177,15 @@ def check_destination(
     """``local_dir`` as the folder data prep may replace whole, or DataPrepError.
 
     It may hold only split files (``<split>.parquet``): anything else is someone's data, which a
-    rerun must not delete. Prep calls this before any work, and again before the swap.
+    rerun must not delete. A symlink is refused (the swap would replace the link itself, or a
+    dangling one would make prep create its target somewhere else), and so is a place that
+    cannot be written (a read-only folder would fail only after the work). Prep calls this
+    before any work, and again before the swap.
     """
-    destination = Path(os.path.realpath(local_dir))  # "." has no name; a symlink keeps its target
+    problem = output_folder_problem(local_dir, "--local_dir")
+    if problem is not None:
+        raise DataPrepError(problem)
+    destination = Path(os.path.realpath(local_dir))  # "." and ".." have no name to stage beside
     if destination.exists() and not destination.is_dir():
         raise DataPrepError(f"--local_dir {local_dir}: is a file; pass a folder")
     if destination.is_dir():
@@ -208,29 +214,20 @@ def write_splits(
 
     destination = check_destination(local_dir, splits)
     destination.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_asides(destination)  # left by a prep killed (SIGKILL) mid-swap
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
     try:
-        os.chmod(staging, _folder_mode(destination))  # mkdtemp's 0700 would lock others out
+        os.chmod(staging, new_mode(destination, folder=True))  # mkdtemp's 0700 locks others out
         for split, rows in splits.items():
             if not rows:
                 raise DataPrepError(f"split {split!r} would be empty")
             pd.DataFrame(rows).to_parquet(staging / f"{split}.parquet", index=False)
         with signals_deferred():
             check_destination(local_dir, splits)  # again: files may have appeared meanwhile
-            aside = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
-            if swap_in(staging, destination, aside) is not None:
-                shutil.rmtree(aside, ignore_errors=True)
+            replace_folder(staging, destination)  # the old files are deleted before any signal
         return {split: destination / f"{split}.parquet" for split in splits}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _folder_mode(destination: Path) -> int:
-    if destination.is_dir():
-        return destination.stat().st_mode & 0o7777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o777 & ~umask
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from rlvr.common.files import widen_to_umask
+
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 END_OF_TURN = "<|im_end|>"
 
@@ -44,4 +46,5 @@ def build(out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    widen_to_umask(*out.glob("*.safetensors"))  # saved 0600 (mkstemp): others could not load
     return out

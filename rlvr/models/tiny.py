@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.common.files import widen_to_umask
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -90,4 +92,5 @@ def build_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    widen_to_umask(*out.glob("*.safetensors"))  # saved 0600 (mkstemp): others could not load
     return out

@@ -71,26 +71,47 @@ class SweepSpec:
 
 def value_key(value: str) -> tuple[str, object]:
     """What a grid value means, so ``1e-5``, ``1e-05`` and ``0.00001`` are one point: finite
-    numbers compare as numbers, booleans case-blind (Hydra reads ``True`` as ``true``)."""
+    numbers compare as numbers, booleans case-blind (Hydra reads ``True`` as ``true``).
+
+    Booleans count as the numbers 1 and 0, so ``val_before_train=true,1`` is refused as one value
+    twice. Hydra does parse ``1`` as an int and ``true`` as a bool, but verl's configs are
+    untyped DictConfigs read with Python truthiness (and ``True == 1`` in Python): the two
+    would be the same run twice, which is the costlier mistake than refusing a contrived grid.
+    """
+    if value.lower() in ("true", "false"):
+        return ("number", 1.0 if value.lower() == "true" else 0.0)
     try:
         number = float(value)
     except ValueError:
-        number = math.nan
-    if math.isfinite(number):
-        return ("number", number)
-    if value.lower() in ("true", "false"):
-        return ("bool", value.lower())
-    return ("text", value)
+        return ("text", value)
+    return ("number", number) if math.isfinite(number) else ("text", value)
+
+
+def _non_finite(value: str) -> bool:
+    """``inf``, ``-inf``, ``nan``, ``1e999``...: a number Python (and Hydra) would read, but no
+    learning rate, coefficient or size anyone means."""
+    try:
+        return not math.isfinite(float(value))
+    except ValueError:
+        return False
 
 
 def _parse_axis(spec: str) -> GridAxis:
     name, sep, raw = spec.partition("=")
     name = name.strip()
-    values = tuple(v.strip() for v in raw.split(",") if v.strip())
-    if not sep or not name or not values:
+    values = tuple(v.strip() for v in raw.split(","))
+    if not sep or not name or not raw.strip():
         raise SweepError(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. lr=1e-5,1e-4)")
     if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
         raise SweepError(f"--grid {spec!r}: {name!r} is not a config key")
+    if "" in values:  # "lr=1e-5,,1e-4" or "lr=1e-5,": a value lost, not one run fewer
+        raise SweepError(
+            f"--grid {spec!r}: an empty value (two commas in a row, or one at an end); list "
+            "the values as V1,V2,..."
+        )
+    bad = [value for value in values if _non_finite(value)]
+    if bad:
+        raise SweepError(f"--grid {spec!r}: {', '.join(bad)} is not a finite number")
     keys = [value_key(value) for value in values]
     repeated = [value for value, key in zip(values, keys, strict=True) if keys.count(key) > 1]
     if repeated:
