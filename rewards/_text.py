@@ -128,3 +128,26 @@ class SettingsCache:
                 self._found.clear()
             self._found[key] = found
         return found
+
+
+def describe(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, shortened; never raises (``repr(10**5000)`` does)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a message must not fail: whatever repr raises, name the type instead
+        return f"a {type(value).__name__} value"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def unit_interval(value: object, name: str) -> float:
+    """``value`` as a float in [0, 1], else ValueError naming ``name`` and the range.
+
+    Compared before converting: ``float(10**400)`` raises OverflowError, and NaN is in no range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number in [0, 1], got {describe(value)}")
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be in [0, 1], got {describe(value)}")
+    return float(value)

@@ -32,6 +32,7 @@ config bug that would otherwise change every score silently.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -91,6 +92,8 @@ MAX_NUMBERS = 16
 MAX_MAGNITUDE = 10**9
 #: Deepest parenthesis nesting accepted; deeper is invalid (keeps recursion bounded).
 MAX_DEPTH = 32
+#: Longest ground truth given as JSON text that is read (a real one is under 300 characters).
+MAX_GROUND_TRUTH_CHARS = 4096
 
 _ALLOWED = re.compile(r"[0-9+\-*/() \t\r\n]*")
 _TOKEN = re.compile(r"[0-9]+|[-+*/()]")
@@ -212,7 +215,9 @@ def task_problem(numbers: Sequence[int], target: int) -> str | None:
 def parse_ground_truth(ground_truth: Any) -> tuple[int, list[int]] | None:
     """``(target, numbers)`` from the data prep dict (numpy values and JSON text accepted)."""
     try:
-        if isinstance(ground_truth, (str, bytes)):
+        if isinstance(ground_truth, (str, bytes, bytearray)):
+            if len(ground_truth) > MAX_GROUND_TRUTH_CHARS:
+                return None
             ground_truth = json.loads(ground_truth)
         target = _as_int(ground_truth["target"])
         raw_numbers = ground_truth["numbers"]
@@ -220,10 +225,20 @@ def parse_ground_truth(ground_truth: Any) -> tuple[int, list[int]] | None:
             return None
         if hasattr(raw_numbers, "__len__") and len(raw_numbers) > MAX_NUMBERS:
             return None  # before converting them: a huge list costs nothing
-        numbers = [_as_int(n) for n in raw_numbers]
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
+        # At most one past the limit is read, so even an endless iterator costs nothing.
+        numbers = [_as_int(n) for n in itertools.islice(raw_numbers, MAX_NUMBERS + 1)]
+    except (
+        KeyError,
+        TypeError,
+        ValueError,  # json.JSONDecodeError and UnicodeDecodeError included
+        IndexError,
+        AttributeError,
+        ArithmeticError,  # OverflowError (int(inf)), decimal.InvalidOperation
+        RecursionError,  # JSON text nested deeper than the interpreter's recursion limit
+        MemoryError,
+    ):
         return None
-    if task_problem(numbers, target) is not None:
+    if len(numbers) > MAX_NUMBERS or task_problem(numbers, target) is not None:
         return None
     return target, numbers
 
@@ -232,9 +247,13 @@ def _as_int(value: Any) -> int:
     """An exact integer from int, numpy integer, or integral float; anything else is an error."""
     if isinstance(value, bool):
         raise ValueError("bool is not a number")
+    # Out of range is bad anyway (task_problem); checked before int(), since
+    # int(Decimal("1e999999999")) builds a billion-digit integer. A NaN fails the comparison too.
+    if not isinstance(value, int) and not abs(value) < MAX_MAGNITUDE:
+        raise ValueError(f"{type(value).__name__} out of range")
     as_int = int(value)
     if as_int != value:
-        raise ValueError(f"{value!r} is not an integer")
+        raise ValueError("not an integer")
     return as_int
 
 
@@ -251,13 +270,12 @@ def _settings(kwargs: Mapping[str, Any]) -> tuple[float, bool]:
     _text.refuse_unknown_kwargs(kwargs, REWARD_KWARGS, "countdown")
     format_score = kwargs.get("format_score", REWARD_KWARGS["format_score"])
     shaping = kwargs.get("shaping", REWARD_KWARGS["shaping"])
-    if isinstance(format_score, bool) or not isinstance(format_score, (int, float)):
-        raise ValueError(f"countdown reward: format_score must be a number, got {format_score!r}")
-    if not 0.0 <= float(format_score) <= 1.0:
-        raise ValueError(f"countdown reward: format_score must be in [0, 1], got {format_score}")
+    checked = _text.unit_interval(format_score, "countdown reward: format_score")
     if not isinstance(shaping, bool):
-        raise ValueError(f"countdown reward: shaping must be true or false, got {shaping!r}")
-    return float(format_score), shaping
+        raise ValueError(
+            f"countdown reward: shaping must be true or false, got {_text.describe(shaping)}"
+        )
+    return checked, shaping
 
 
 _cached_settings = _text.SettingsCache(_settings)  # checked once per distinct kwargs

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -189,6 +191,65 @@ def test_bad_ground_truth_is_reported_not_raised(ground_truth: object) -> None:
     assert result["bad_ground_truth"] == 1.0
 
 
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "ground_truth",
+    [
+        _nested(100_000),
+        '{"target": 13, "numbers": ' + _nested(100_000) + "}",
+        _nested(100_000).encode(),
+        '{"target": 1e999, "numbers": [2, 3, 7]}',  # inf
+        '{"target": NaN, "numbers": [2, 3, 7]}',
+        '{"target": ' + "9" * 5000 + ', "numbers": [2, 3, 7]}',  # past int's 4300-digit limit
+        b'\xff\xfe{"target": 13}',
+        {"target": float("inf"), "numbers": [2, 3, 7]},
+        {"target": 13, "numbers": [2, 3, float("nan")]},
+        {"target": Decimal("1e999999999"), "numbers": [2, 3, 7]},  # int() would build 10**1e9
+        {"target": 13, "numbers": [Decimal("1e-999999999"), 3, 7]},
+        {"target": 13, "numbers": itertools.count()},  # endless: only MAX_NUMBERS + 1 are read
+        {"target": 13, "numbers": (n for n in [2, 3, 7] * 10)},
+    ],
+    ids=[
+        "nested-json",
+        "nested-json-numbers",
+        "nested-json-bytes",
+        "json-inf",
+        "json-nan",
+        "json-5000-digits",
+        "bad-utf8",
+        "inf",
+        "nan",
+        "decimal-huge",
+        "decimal-tiny",
+        "endless-iterator",
+        "long-generator",
+    ],
+)
+def test_hostile_ground_truth_is_bad_fast_and_never_raises(ground_truth: object) -> None:
+    start = time.process_time()
+    result = compute_score("x", answer("2*3+7"), ground_truth)
+    assert time.process_time() - start < 0.05
+    assert (result["score"], result["bad_ground_truth"]) == (0.0, 1.0)
+    assert countdown.answer_key(answer("2*3+7"), ground_truth) is None
+
+
+def test_nested_json_past_the_recursion_limit_is_bad_ground_truth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the length cap json.loads itself raises RecursionError: reported, never raised."""
+    monkeypatch.setattr(countdown, "MAX_GROUND_TRUTH_CHARS", 10**6)
+    result = compute_score("x", answer("2*3+7"), _nested(100_000))
+    assert (result["score"], result["bad_ground_truth"]) == (0.0, 1.0)
+
+
+def test_ground_truth_generator_is_read() -> None:
+    gt = {"target": 13, "numbers": (n for n in [2, 3, 7])}
+    assert compute_score("x", answer("2*3+7"), gt)["score"] == 1.0
+
+
 @pytest.mark.parametrize("solution", [None, 13, 1.5, ["<answer>2*3+7</answer>"], object()])
 def test_non_string_response_scores_zero(solution: object) -> None:
     assert compute_score("x", solution, GT)["score"] == 0.0
@@ -230,11 +291,21 @@ def test_shaping_never_reaches_correct_score() -> None:
         {"format_score": "0.1"},
         {"shaping": "yes"},
         {"format_score": True},
+        {"format_score": 10**400},  # float() of it raised OverflowError
+        {"format_score": -(10**400)},
+        {"format_score": 10**5000},  # str() of it raises ValueError (int digit limit)
+        {"format_score": float("nan")},
+        {"format_score": float("inf")},
+        {"shaping": 10**5000},
     ],
 )
 def test_bad_kwargs_fail_loudly(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match="countdown reward"):
+    (name,) = kwargs
+    pattern = rf"countdown reward: {name} must be (a number )?(in \[0, 1\]|true or false), got "
+    with pytest.raises(ValueError, match=pattern):
         compute_score("x", answer("2*3+7"), GT, **kwargs)
+    with pytest.raises(ValueError, match=pattern):
+        validate_reward_kwargs(kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [{"formt_score": 0.1}, {"shaping": True, "Shaping": False}])

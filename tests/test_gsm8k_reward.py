@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -11,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards.gsm8k import (
+    _AFTER_MARKER,
+    _BOXED_NUMBER,
+    _GROUND_TRUTH,
     answer_key,
     compute_score,
     extract_flexible,
@@ -109,6 +113,54 @@ def test_huge_ground_truths_are_refused_fast(truth: str) -> None:
     assert time.perf_counter() - start < 0.05
 
 
+@pytest.mark.parametrize(
+    ("truth", "response"),
+    [
+        (0.1, "#### 0.1"),  # Fraction(0.1) is the binary double 3602879701896397/2**55
+        (2.3, "#### 2.3"),
+        (np.float32(2.3), "#### 2.3"),  # float32 2.3 is 2.2999999523...
+        (np.float64(0.1), "#### 0.1"),
+        (np.float16(0.5), "#### .5"),
+        (-3.25, "#### -3.25"),
+        (1e20, "#### 100,000,000,000,000,000,000"),
+        (np.array(0.1), "#### 0.1"),
+        (Decimal("0.1"), "#### 0.1"),
+        (Fraction(1, 10), "#### 0.1"),
+        (np.array(["72"]), "#### 72"),
+    ],
+)
+def test_float_ground_truth_is_its_decimal_text(truth: object, response: str) -> None:
+    """verl's ground truth comes from Parquet: a float column gives float or numpy values."""
+    assert compute_score("x", response, truth)["score"] == 1.0
+    assert answer_key(response) == str(parse_ground_truth(truth))
+
+
+@pytest.mark.parametrize(
+    "truth",
+    [
+        float("nan"),
+        float("inf"),
+        np.float32("inf"),
+        np.bool_(True),
+        Decimal("1e999999999"),  # Fraction() of it would build a billion-digit integer
+        Decimal("1e-999999999"),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        np.array([1.0, 2.0]),
+        np.datetime64("2020-01-01"),
+        complex(72, 0),
+        b"\xff\xfe",
+        b"7" * 10_000_000,
+        np.longdouble("1e4000"),
+    ],
+)
+def test_hostile_non_text_ground_truth_is_bad_fast(truth: object) -> None:
+    start = time.process_time()
+    result = compute_score("x", "#### 72", truth)
+    assert time.process_time() - start < 0.05
+    assert result["bad_ground_truth"] == 1.0 and result["score"] == 0.0
+
+
 def test_parse_helpers() -> None:
     assert extract_strict("#### -1,234.50 dollars") == Fraction("-1234.5")
     assert extract_flexible("x \\boxed{-3}") == -3
@@ -116,11 +168,26 @@ def test_parse_helpers() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"method": "loose"}, {"format_score": 2}, {"format_score": "0"}]
+    "kwargs",
+    [
+        {"method": "loose"},
+        {"format_score": 2},
+        {"format_score": "0"},
+        {"format_score": 10**400},  # float() of it raised OverflowError
+        {"format_score": -(10**400)},
+        {"format_score": 10**5000},  # str() of it raises ValueError (int digit limit)
+        {"format_score": float("nan")},
+        {"method": "x" * 10**6},
+    ],
 )
 def test_bad_kwargs_fail_loudly(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match="gsm8k reward"):
+    (name,) = kwargs
+    pattern = rf"gsm8k reward: {name} must be (a number )?(in \[0, 1\]|one of .*), got "
+    with pytest.raises(ValueError, match=pattern):
         compute_score("x", "#### 72", "72", **kwargs)
+    with pytest.raises(ValueError, match=pattern) as raised:
+        validate_reward_kwargs(kwargs)
+    assert len(str(raised.value)) < 200  # the value is shortened, not printed whole
 
 
 def test_data_source_does_not_matter() -> None:
@@ -255,3 +322,72 @@ def test_answer_key_adversarial_fast(name: str) -> None:
             answer_key(ADVERSARIAL[name], "72", method=method)
             best = min(best, time.perf_counter() - start)
     assert best < 0.05
+
+
+# --- whitespace runs: every regex reads one in linear time ----------------------------------------
+#
+# A run of n spaces that several optional ``\s*`` pieces in a row could split cost ~n**4 steps when
+# the match then failed: 60 ms at 64 spaces (the marker tail's length), 17 s for a 128-character
+# ground truth. Each row is timed at growing n, up to 10,000 (the patterns alone, past the windows
+# the callers cut), against a budget linear in n that is generous for a linear match (5 ms plus
+# 2 us per space, CPU, per call as a mean over 10; every row takes well under 1 ms up to n = 1,000):
+# a super-linear regression blows it at a small n, before it gets slow.
+
+_WS_SIZES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 1_000, 10_000)
+
+# id -> a call on a run of n spaces (the reviewer's inputs first: "#### ", "\\boxed{", a truth)
+_WS_CALLS = {
+    "strict marker then spaces": lambda ws: compute_score("x", "#### " + ws, "72"),
+    "strict marker then newlines": lambda ws: compute_score(
+        "x", "####" + ws.replace(" ", "\n"), "72"
+    ),
+    "strict marker spaces sign spaces": lambda ws: compute_score("x", "####" + ws + "-" + ws, "72"),
+    "strict dollar spaces": lambda ws: compute_score("x", "#### $" + ws + "-" + ws + "x", "72"),
+    "flexible boxed then spaces": lambda ws: compute_score(
+        "x", "\\boxed{" + ws, "72", method="flexible"
+    ),
+    "flexible boxed number spaces": lambda ws: compute_score(
+        "x", "\\boxed{5" + ws + "%" + ws + "x", "72", method="flexible"
+    ),
+    "flexible answer is spaces": lambda ws: compute_score(
+        "x", "the answer is" + ws + ":" + ws, "72", method="flexible"
+    ),
+    "answer_key marker then spaces": lambda ws: answer_key("#### " + ws),
+    "truth spaces then x": lambda ws: parse_ground_truth(ws + "x"),
+    "truth marker spaces sign spaces": lambda ws: parse_ground_truth("####" + ws + "-" + ws + "x"),
+    "truth number then spaces": lambda ws: parse_ground_truth("72" + ws + "x"),
+    "truth as bytes": lambda ws: parse_ground_truth((ws + "x").encode()),
+    "score against spaces truth": lambda ws: compute_score("x", "#### 72", ws[:100] + "x"),
+    # The patterns themselves, past the 64- and 128-character windows the callers cut.
+    "after-marker pattern": lambda ws: _AFTER_MARKER.match(ws + "-" + ws + "$" + ws),
+    "boxed pattern": lambda ws: _BOXED_NUMBER.match(ws + "-" + ws + "5" + ws + "%" + ws),
+    "ground-truth pattern": lambda ws: _GROUND_TRUTH.fullmatch(ws + "####" + ws + "-" + ws + "x"),
+}
+
+
+@pytest.mark.parametrize("name", list(_WS_CALLS))
+def test_whitespace_runs_cost_linear_time(name: str) -> None:
+    call = _WS_CALLS[name]
+    for n in _WS_SIZES:  # smallest first, 1.5x steps: a regression fails before it gets slow
+        spaces = " " * n
+        budget = 0.005 + 2e-6 * n
+        best = float("inf")
+        for _ in range(3):  # retried only when over the bound
+            start = time.process_time()
+            for _ in range(10):
+                call(spaces)
+            best = min(best, (time.process_time() - start) / 10)
+            if best < budget:
+                break
+        assert best < budget, f"{name}: {best * 1000:.2f} ms CPU per call at {n} spaces"
+
+
+def test_whitespace_rewrite_reads_what_it_read() -> None:
+    """Spaces are still allowed wherever they were (the patterns were rewritten, not narrowed)."""
+    assert extract_strict("####  -  \\$  72") == -72
+    assert extract_strict("#### $ - 72") == -72 and extract_strict("#### - $ - 72") == 72
+    assert extract_strict("####\t\\ 72") == 72  # a lone backslash, as before
+    assert extract_flexible("\\boxed{ - \\$ 7 \\% \\text{ apples } }") == -7
+    assert extract_flexible("the answer is \n : \n 72") == 72
+    assert parse_ground_truth("  ####  -  $  1,000  ") == -1000
+    assert parse_ground_truth(" " * 100 + "72") == 72
