@@ -145,13 +145,20 @@ def staged_dir(destination: Path) -> Iterator[Path]:
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_asides(destination)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
+    staging: Path | None = None
     try:
+        # Held, so a signal cannot land between the folder's creation and this function knowing
+        # its name (the folder would stay behind); it is delivered once ``staging`` is set.
+        with signals_deferred():
+            staging = Path(
+                tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent)
+            )
         os.chmod(staging, new_mode(destination, folder=True))
         yield staging
         replace_folder(staging, destination)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def output_folder_problem(path: str | os.PathLike[str], flag: str) -> str | None:
