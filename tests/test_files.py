@@ -209,3 +209,22 @@ def test_output_folder_problems(tmp_path: Path) -> None:
     locked = unwritable_folder(tmp_path)
     problem = output_folder_problem(locked / "out", "--out")
     assert problem is not None and problem.startswith(f"--out {locked / 'out'}: cannot write in")
+
+
+def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT delivered the moment the staging folder exists (what a CI run caught with a real
+    build: ``.model.partial-*`` left behind): the block never runs and nothing stays."""
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp_then_signal(*args: object, **kwargs: object) -> str:
+        folder = real_mkdtemp(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGINT)
+        return folder
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_signal)
+    destination = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt), staged_dir(destination):
+        pytest.fail("the block must not run once the signal has arrived")
+    assert list(tmp_path.iterdir()) == []
