@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.evaluation.errors import EvalError
-from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local
+from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -124,16 +124,6 @@ def _adapter_as_base(label: str, name: str, found: Path, adapter: Path) -> str:
     )
 
 
-def _read_json(file: Path) -> tuple[object, str | None]:
-    """The file's JSON value, or the reason it has none."""
-    try:
-        return json.loads(file.read_text()), None
-    except OSError as exc:
-        return None, f"{file}: unreadable ({exc.strerror or exc})"
-    except ValueError as exc:
-        return None, f"{file}: not valid JSON ({exc})"
-
-
 def check_context(source: ModelSource, max_tokens: int) -> None:
     """``--max_tokens`` within a local model's context (``max_position_embeddings``): beyond it
     HF generates garbage and vLLM refuses, both only after the model has loaded."""
@@ -155,7 +145,7 @@ def _lora_source(
     adapter: Path, base_model: str | None, tokenizer: str | None = None
 ) -> ModelSource:
     adapter_config = adapter / "adapter_config.json"
-    config, problem = _read_json(adapter_config)
+    config, problem = read_json(adapter_config)
     if problem:
         raise EvalError(f"{problem}; pass a LoRA adapter folder saved by PEFT")
     if not isinstance(config, dict):

@@ -72,7 +72,7 @@ def index_files(folder: Path) -> list[Path]:
     return _matching(folder, INDEX_GLOBS)
 
 
-def _read_json(file: Path) -> tuple[object, str | None]:
+def read_json(file: Path) -> tuple[object, str | None]:
     """The file's JSON value, or the reason it has none."""
     try:
         return json.loads(file.read_text()), None
@@ -84,7 +84,7 @@ def _read_json(file: Path) -> tuple[object, str | None]:
 
 def config_problem(config_file: Path) -> str | None:
     """Why ``AutoConfig.from_pretrained`` would refuse a model folder's config.json."""
-    config, problem = _read_json(config_file)
+    config, problem = read_json(config_file)
     if problem:
         return f"{problem}; pass a model folder saved by save_pretrained"
     if not isinstance(config, dict):
@@ -101,7 +101,7 @@ def index_problem(folder: Path) -> str | None:
         index_file = folder / index_name
         if not index_file.is_file() or (folder / single).is_file():
             continue
-        index, problem = _read_json(index_file)
+        index, problem = read_json(index_file)
         if problem:
             return problem
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
