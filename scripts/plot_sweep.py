@@ -10,22 +10,17 @@ still in progress: unfinished points show as pending, failed ones as crosses on 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from rlvr.common.cli import OneLineParser
+from rlvr.common.cli import docstring_parser
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError
 from rlvr.sweep.plots import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = docstring_parser(__doc__)
     parser.add_argument("sweep_dir", help="a folder written by scripts/sweep.py")
     parser.add_argument(
         "--x", help="grid axis on the x axis of the main figure (default: lr if swept)"

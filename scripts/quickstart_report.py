@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.common.cli import OneLineParser
+from rlvr.common.cli import docstring_parser
 from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
@@ -25,11 +25,7 @@ from rlvr.report.curves import plot_reward_curve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = docstring_parser(__doc__)
     add = parser.add_argument
     add("--out", required=True, help="folder for reward_curve.png and quickstart_report.json")
     add("--greedy", nargs=2, required=True, metavar=("BEFORE", "AFTER"), help="reward runs")

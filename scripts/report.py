@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from rlvr.common.cli import OneLineParser
+from rlvr.common.cli import docstring_parser
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.report import NotYetError, Report, ReportError, build
 from rlvr.report.records import RolloutCache
@@ -25,11 +25,7 @@ from rlvr.tasks.spec import TaskError, TaskSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = docstring_parser(__doc__)
     add = parser.add_argument
     add("run", metavar="RUN", help="the run folder (trainer.default_local_dir)")
     add("--out", help="folder for report.md and the PNGs (default: RUN)")

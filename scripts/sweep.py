@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from rlvr.common.cli import OneLineParser
+from rlvr.common.cli import docstring_parser
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
 from rlvr.sweep.plots import write_report
@@ -29,11 +29,7 @@ from rlvr.sweep.runner import ROOT, checked_points, run_sweep
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = docstring_parser(__doc__)
     parser.add_argument("--experiment", required=True, help="experiment in configs/ to sweep")
     parser.add_argument(
         "--grid",

@@ -12,3 +12,12 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {self.prog}: {message}; see {self.prog} --help\n")
+
+
+def docstring_parser(doc: str) -> OneLineParser:
+    """A script's parser from its module docstring: the first paragraph as the description, the
+    rest (usage, notes) as the epilog, laid out as written."""
+    headline, _, rest = doc.partition("\n\n")
+    return OneLineParser(
+        description=headline, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
