@@ -18,7 +18,6 @@ Usage: uv run --no-sync python benchmarks/compare_objectives.py [--out /tmp/cmp]
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
@@ -34,13 +33,11 @@ DATA_ARGS = ["--source", "generate", "--template", "fewshot", "--num_range", "2,
              "--max_number", "10", "--target_range", "1,20", "--train_size", "512"]  # fmt: skip
 
 
-def _deadline(text: str | None) -> float | None:
-    """HH:MM UTC today as epoch seconds."""
-    if text is None:
-        return None
-    hour, minute = (int(part) for part in text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
-    return now.replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
+def _clock_time(text: str) -> float:
+    try:
+        return compare.next_clock_time(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main() -> int:
@@ -52,7 +49,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=4, help="validation samples per prompt")
     parser.add_argument("--temperature", type=float, default=0.7, help="validation sampling")
     parser.add_argument("--timeout_min", type=float, default=20.0, help="hard limit per run")
-    parser.add_argument("--deadline", help="HH:MM UTC: start no run after it")
+    parser.add_argument(
+        "--deadline", type=_clock_time, help="HH:MM UTC (the next one): start no run after it"
+    )
     parser.add_argument("--analyse_only", action="store_true", help="run nothing, read OUT")
     args = parser.parse_args()
 
@@ -76,7 +75,7 @@ def main() -> int:
             check=True, cwd=ROOT,
         )  # fmt: skip
         checked_points(spec)  # every point's config through verl's checks before any run
-        compare.run_points(spec, sweep_dir, args.timeout_min * 60, _deadline(args.deadline))
+        compare.run_points(spec, sweep_dir, args.timeout_min * 60, args.deadline)
 
     results, missing = compare.read_runs(spec, sweep_dir)
     groups = compare.by_preset(results, presets)
