@@ -228,3 +228,18 @@ def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(
     with pytest.raises(KeyboardInterrupt), staged_dir(destination):
         pytest.fail("the block must not run once the signal has arrived")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_writable_folder_problem_allows_a_folder_to_create_and_refuses_what_cannot_hold_files(
+    tmp_path: Path,
+) -> None:
+    from rlvr.common.files import writable_folder_problem
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert writable_folder_problem(tmp_path, "--out") is None
+    assert writable_folder_problem(tmp_path / "new" / "deeper", "--out") is None
+    assert not (tmp_path / "new").exists()  # the check creates nothing
+    assert "is not a folder" in str(writable_folder_problem(afile, "--out"))
+    assert "is not a folder" in str(writable_folder_problem(afile / "sub", "--out"))
+    assert "cannot write in /proc" in str(writable_folder_problem("/proc/rlvr-x", "--out"))

@@ -325,6 +325,9 @@ def bad_metrics(folder: Path, text: str) -> Path:
         (lambda tmp: DATA / "bench3", ["--interval", "0"], "--interval 0"),
         (lambda tmp: DATA / "bench3", ["--task", "chess"], "unknown task 'chess'"),
         (lambda tmp: DATA / "bench3", ["--out", str(ROOT / "pyproject.toml")], "not a folder"),
+        (lambda tmp: DATA / "bench3", ["--out", str(ROOT / "pyproject.toml/x")], "not a folder"),
+        # Was a FileNotFoundError traceback from mkdir.
+        (lambda tmp: DATA / "bench3", ["--out", "/proc/rlvr-report"], "cannot write in /proc"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

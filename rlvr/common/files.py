@@ -183,6 +183,24 @@ def output_folder_problem(path: str | os.PathLike[str], flag: str) -> str | None
     return None
 
 
+def writable_folder_problem(path: str | os.PathLike[str], flag: str) -> str | None:
+    """Why files cannot be written into the folder ``path`` (None when they can): it is not a
+    folder, or neither it nor the first existing folder above it (where it would be created)
+    takes a new file. For commands that write files into a folder, not swap the folder itself
+    (that is ``output_folder_problem``)."""
+    target = Path(os.path.abspath(path))
+    probe = target
+    while not _lexists(probe) and probe != probe.parent:
+        probe = probe.parent  # the first that exists: the folders below it are created
+    if not probe.is_dir():
+        return f"{flag} {path}: {probe} is not a folder"
+    try:  # a real write, as above
+        os.rmdir(tempfile.mkdtemp(prefix=".rlvr-write-check-", dir=probe))
+    except OSError as exc:
+        return f"{flag} {path}: cannot write in {probe} ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     with staged(path) as staging:
         staging.write_text(text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.common.files import write_text_atomic
+from rlvr.common.files import writable_folder_problem, write_text_atomic
 from rlvr.report.alarms import Alarm, run_checks
 from rlvr.report.figures import draw_figures
 from rlvr.report.markdown import render
@@ -50,8 +50,9 @@ def build(
     records = load_run(run, task, cache)
     alarms = run_checks(records)
     out = Path(out_dir) if out_dir is not None else run
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"--out {out}: not a folder")
+    problem = writable_folder_problem(out, "--out" if out_dir is not None else "RUN")
+    if problem is not None:
+        raise ReportError(problem)
     figures = draw_figures(records, [a for a in alarms if a.fired], out, run.resolve().name)
     path = out / REPORT_FILE
     write_text_atomic(path, render(records, alarms, figures, out))
