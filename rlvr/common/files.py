@@ -171,33 +171,26 @@ def output_folder_problem(path: str | os.PathLike[str], flag: str) -> str | None
         return (
             f"{flag} {path}: is a symbolic link (to {os.readlink(target)}); pass the folder itself"
         )
-    parent = target.parent
-    while not _lexists(parent) and parent != parent.parent:
-        parent = parent.parent  # the first folder that exists: the others are created
-    if not parent.is_dir():
-        return f"{flag} {path}: {parent} is not a folder"
-    try:  # a real write, not os.access: that says yes to root on read-only mounts like /sys
-        os.rmdir(tempfile.mkdtemp(prefix=".rlvr-write-check-", dir=parent))
-    except OSError as exc:
-        return f"{flag} {path}: cannot write in {parent} ({exc.strerror or type(exc).__name__})"
-    return None
+    return _write_problem(target.parent, path, flag)
 
 
 def writable_folder_problem(path: str | os.PathLike[str], flag: str) -> str | None:
     """Why files cannot be written into the folder ``path`` (None when they can): it is not a
-    folder, or neither it nor the first existing folder above it (where it would be created)
-    takes a new file. For commands that write files into a folder, not swap the folder itself
-    (that is ``output_folder_problem``)."""
-    target = Path(os.path.abspath(path))
-    probe = target
-    while not _lexists(probe) and probe != probe.parent:
-        probe = probe.parent  # the first that exists: the folders below it are created
-    if not probe.is_dir():
-        return f"{flag} {path}: {probe} is not a folder"
-    try:  # a real write, as above
-        os.rmdir(tempfile.mkdtemp(prefix=".rlvr-write-check-", dir=probe))
+    folder, or it (or, when it does not exist yet, the first folder above it, where it would be
+    created) takes no new file. For commands that write files into a folder rather than swap
+    the folder itself (that is ``output_folder_problem``)."""
+    return _write_problem(Path(os.path.abspath(path)), path, flag)
+
+
+def _write_problem(folder: Path, path: str | os.PathLike[str], flag: str) -> str | None:
+    while not _lexists(folder) and folder != folder.parent:
+        folder = folder.parent  # the first folder that exists: the others are created
+    if not folder.is_dir():
+        return f"{flag} {path}: {folder} is not a folder"
+    try:  # a real write, not os.access: that says yes to root on read-only mounts like /sys
+        os.rmdir(tempfile.mkdtemp(prefix=".rlvr-write-check-", dir=folder))
     except OSError as exc:
-        return f"{flag} {path}: cannot write in {probe} ({exc.strerror or type(exc).__name__})"
+        return f"{flag} {path}: cannot write in {folder} ({exc.strerror or type(exc).__name__})"
     return None
 
 
