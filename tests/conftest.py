@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,13 @@ from rlvr.train.rehearsal_checks import wandb_records
 __all__ = ["run_bounded", "wandb_records"]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A shell starts background jobs (`cmd &` without job control, nohup, some CI runners) with
+# SIGINT ignored, and Python then installs no Ctrl-C handler; the tests that send SIGINT to
+# this process or to a child (which inherits an ignored signal) would see nothing happen.
+# Installing the handler here gives the children the default disposition too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_bounded(
