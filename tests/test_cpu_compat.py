@@ -30,12 +30,14 @@ def _patchable_state() -> dict[str, Any]:
     import verl.utils.memory_utils as memory
     import verl.utils.profiler.performance as perf
     import verl.workers.fsdp_workers as workers
+    from torch.distributed.tensor import DTensor
     from verl.workers.actor.dp_actor import DataParallelPPOActor as Actor
     from verl.workers.rollout import base
 
     return {
         "threads": torch.get_num_threads(),
         "collectives": (dist.reduce_scatter_tensor, dist.all_gather_into_tensor),
+        "full_tensor": DTensor.full_tensor,
         "empty_cache": (memory.aggressive_empty_cache, workers.aggressive_empty_cache),
         "actor": (Actor._forward_micro_batch, Actor.update_policy),
         "bypass": corr.apply_rollout_correction,
@@ -88,8 +90,8 @@ def test_fixes_apply_and_work_without_cuda() -> None:
         assert applied == ["gloo_process_groups", "cpu_device_functions", "no_cpu_autocast",
                            "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout",
                            "bypass_mode_config", "cpu_threads", "no_gc_per_rollout",
-                           "single_rank_collectives", "packed_actor_forward",
-                           "rollout_entropy_metric"], applied
+                           "single_rank_collectives", "single_rank_full_tensor",
+                           "packed_actor_forward", "rollout_entropy_metric"], applied
         assert cpu_compat.install() == []  # once per process
 
         # 1. verl's backend string initialises a gloo group
@@ -99,6 +101,26 @@ def test_fixes_apply_and_work_without_cuda() -> None:
         out = torch.zeros(4); dist.reduce_scatter_tensor(out, torch.arange(4.0))
         assert out.tolist() == [0, 1, 2, 3]  # one rank: a copy, as gloo would give
         dist.all_gather_into_tensor(out, torch.ones(4)); assert out.tolist() == [1] * 4
+
+        # 1b. full_tensor on one rank: the same values, a new tensor, copied in this thread (gloo
+        # copies in its worker thread, whose own OpenMP pool would throttle libgomp's spinning)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+        torch.ones(1 << 20).mul_(2)  # this thread's OpenMP pool exists before counting
+        threads = len(os.listdir("/proc/self/task"))
+        mesh = init_device_mesh("cpu", (1,))
+        weight = torch.randn(1 << 20)
+        for placement in (Shard(0), Replicate()):
+            sharded = distribute_tensor(weight, mesh, [placement])
+            full = sharded.full_tensor()
+            assert type(full) is torch.Tensor and torch.equal(full, weight)
+            assert full.data_ptr() != sharded.to_local().data_ptr()
+        partial = torch.distributed.tensor.DTensor.from_local(weight, mesh, [Partial()])
+        assert torch.equal(partial.full_tensor(), weight)
+        assert len(os.listdir("/proc/self/task")) == threads
+        grad = distribute_tensor(weight, mesh, [Shard(0)]).requires_grad_()
+        grad.full_tensor().sum().backward()  # recorded by autograd: torch's own path
+        assert torch.equal(grad.grad.full_tensor(), torch.ones_like(weight))
 
         # 2. the timing gather verl runs after each generation works on gloo
         from verl.utils.profiler import performance

@@ -34,6 +34,11 @@ Speed (docs/TRAINING.md, "CPU speed"); none changes what is computed:
 - ``_single_rank_collectives``: FSDP reduce-scatters every gradient and all-gathers the weights
   through gloo, which copies through its own buffers even for a group of one rank; for one rank
   the result is the input, copied directly.
+- ``_single_rank_full_tensor``: ``DTensor.full_tensor`` (verl's weight sync before every
+  rollout) on a one-rank mesh went through gloo, whose worker thread copied the weights with its
+  own OpenMP pool; with more libgomp threads than cores libgomp throttles its spin-waiting, and
+  the compute threads then sleep and wake at every barrier (~800 futex waits per decode step).
+  On one rank the full tensor is the local one, copied in the calling thread.
 - ``_packed_actor_forward``: the actor's and the reference's log-prob forward runs packed
   (``rlvr.cpu.packing``): each prompt once, no padding, logits only for response tokens.
 - ``_rollout_entropy_metric``: in bypass mode verl skips the old-log-prob pass and with it the
@@ -80,6 +85,7 @@ def install() -> list[str]:
         _cpu_threads,
         _no_gc_per_rollout,
         _single_rank_collectives,
+        _single_rank_full_tensor,
         _packed_actor_forward,
         _rollout_entropy_metric,
     ):
@@ -322,6 +328,30 @@ def _single_rank_collectives() -> None:
     reduce_scatter_tensor._rlvr_cpu = True  # type: ignore[attr-defined]
     dist.reduce_scatter_tensor = reduce_scatter_tensor
     dist.all_gather_into_tensor = all_gather_into_tensor
+
+
+def _single_rank_full_tensor() -> None:
+    """``full_tensor`` of a DTensor on a one-rank CPU mesh: a copy of its local tensor, made in
+    this thread (see the module docstring); anything else, or a call that autograd records, goes
+    to torch as before."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    original = DTensor.full_tensor
+    if getattr(original, "_rlvr_cpu", False):
+        return
+    _require_parameters(original, ("self", "grad_placements"))
+
+    @functools.wraps(original)
+    def full_tensor(self: Any, *, grad_placements: Any = None) -> Any:
+        single = self.device_mesh.size() == 1 and self.device_mesh.device_type == "cpu"
+        recorded = torch.is_grad_enabled() and self.requires_grad
+        if single and grad_placements is None and not recorded:
+            return self.to_local().clone()
+        return original(self, grad_placements=grad_placements)
+
+    full_tensor._rlvr_cpu = True  # type: ignore[attr-defined]
+    DTensor.full_tensor = full_tensor  # type: ignore[method-assign]
 
 
 def _packed_actor_forward() -> None:
