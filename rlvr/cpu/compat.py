@@ -40,7 +40,8 @@ Speed (docs/TRAINING.md, "CPU speed"); none changes what is computed:
   the compute threads then sleep and wake at every barrier (~800 futex waits per decode step).
   On one rank the full tensor is the local one, copied in the calling thread.
 - ``_packed_actor_forward``: the actor's and the reference's log-prob forward runs packed
-  (``rlvr.cpu.packing``): each prompt once, no padding, logits only for response tokens.
+  (``rlvr.cpu.packing``): each prompt once, a prefix the prompts share once, no padding, logits
+  only for response tokens.
 - ``_rollout_entropy_metric``: in bypass mode verl skips the old-log-prob pass and with it the
   ``actor/entropy`` metric; the actor update reports it from the rollout's per-token entropies
   (``rlvr.cpu.rollout.ROLLOUT_ENTROPY_KEY``), with the same formula.

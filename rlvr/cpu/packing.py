@@ -10,10 +10,13 @@ fifth of a small model's work per position.
 ``response_log_probs`` computes the same numbers from one forward over packed rows, one per
 distinct prompt: the prompt's real tokens once, then each of its responses' real tokens, with a
 4-D attention mask that lets a response see its prompt and its own earlier tokens only, and the
-position ids verl gave each token. So each response token attends to exactly the keys it attends
-to in verl's forward, at the same positions, and the loss and its gradient are the same up to
-float rounding (``tests/test_cpu_compat.py`` compares both). Logits are computed only from the
-last prompt position on (``logits_to_keep``).
+position ids verl gave each token. When the distinct prompts begin alike (a few-shot example, a
+system prompt: 124 of the quickstart's ~205 prompt tokens) and the result stays short
+(``MAX_SHARED_ROW``), they share one row instead: that common prefix once, then the rest of each
+prompt, then the responses, each prompt part seeing the prefix and itself. So each response token
+attends to exactly the keys it attends to in verl's forward, at the same positions, and the loss
+and its gradient are the same up to float rounding (``tests/test_cpu_compat.py`` compares both).
+Logits are computed only from the first last-prompt position on (``logits_to_keep``).
 """
 
 from __future__ import annotations
@@ -52,13 +55,18 @@ def response_log_probs(
     return entropy, log_probs
 
 
+# Groups are packed into one row behind their common prompt prefix (a few-shot example, a system
+# prompt) only while that row stays this short: its attention is dense, quadratic in the width.
+MAX_SHARED_ROW = 1024
+
+
 class _Layout:
     """Packed rows for a micro batch, and where each response token's logits land."""
 
     input_ids: torch.Tensor  # (rows, width)
     position_ids: torch.Tensor  # (rows, width)
     attention_mask: torch.Tensor  # (rows, 1, width, width), True where a query may attend a key
-    keep: int  # logits of the last `keep` positions: the last prompt token's on
+    keep: int  # logits of the last `keep` positions: the first predicting one's on
     row: torch.Tensor  # per response token: its packed row ...
     column: torch.Tensor  # ... and the kept-logits column that predicts it
     batch_index: torch.Tensor  # per response token: its row in the micro batch ...
@@ -77,70 +85,118 @@ class _Layout:
         right_padded = bool((response_mask.int().diff(dim=1) <= 0).all())
         if not (left_padded and right_padded and prompt_mask[:, -1].all()):
             return None
-        prompt_key = torch.cat(
-            [input_ids[:, :prompt_width] * prompt_mask, positions[:, :prompt_width] * prompt_mask],
-            dim=1,
-        )
-        _, group = torch.unique(prompt_key, dim=0, return_inverse=True)
+        lengths = prompt_mask.sum(1).tolist()
+        prompts = [
+            (tuple(input_ids[b, prompt_width - n : prompt_width].tolist()),
+             tuple(positions[b, prompt_width - n : prompt_width].tolist()))
+            for b, n in enumerate(lengths)
+        ]  # fmt: skip
+        distinct = list(dict.fromkeys(prompts))
+        group = [distinct.index(prompt) for prompt in prompts]
+        answers = response_mask.sum(1).tolist()
         layout = cls()
-        layout._pack(
-            input_ids, positions, prompt_mask.sum(1), response_mask.sum(1), group, prompt_width
-        )
+        shared = _common_prefix(distinct) if len(distinct) > 1 else 0
+        merged_width = shared + sum(len(ids) - shared for ids, _ in distinct) + sum(answers)
+        if shared and merged_width <= MAX_SHARED_ROW:
+            layout._pack([list(range(len(distinct)))], distinct, shared, group, input_ids,
+                         positions, answers, prompt_width)  # fmt: skip
+        else:
+            layout._pack([[g] for g in range(len(distinct))], distinct, 0, group, input_ids,
+                         positions, answers, prompt_width)  # fmt: skip
         return layout
 
     def _pack(
         self,
+        rows: list[list[int]],
+        distinct: list[tuple[tuple[int, ...], tuple[int, ...]]],
+        shared: int,
+        group: list[int],
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        prompt_lengths: torch.Tensor,
-        response_lengths: torch.Tensor,
-        group: torch.Tensor,
+        answers: list[int],
         prompt_width: int,
     ) -> None:
-        rows = int(group.max()) + 1
-        prompt_room = int(prompt_lengths.max())  # prompts end at this column in every row
-        used = torch.zeros(rows, dtype=torch.long).index_add_(0, group, response_lengths)
-        width = prompt_room + int(used.max())
-        ids = torch.zeros(rows, width, dtype=input_ids.dtype)
-        pos = torch.zeros(rows, width, dtype=positions.dtype)
-        segment = torch.full((rows, width), -1)  # -1 padding, 0 prompt, b + 1 row b's response
-        fill = [prompt_room] * rows
+        """Each packed row: its groups' common first ``shared`` prompt tokens once, then the rest
+        of each group's prompt, then the responses of those groups. Every token carries its group
+        (-1 for the shared part) and its response (-1 for prompt tokens)."""
+        row_of = {g: r for r, groups in enumerate(rows) for g in groups}
+        ids_rows: list[list[int]] = []
+        pos_rows: list[list[int]] = []
+        group_rows: list[list[int]] = []
+        answer_rows: list[list[int]] = []
+        last_prompt_column = {}  # group -> the column of its last prompt token
+        for groups in rows:
+            ids, pos = list(distinct[groups[0]][0][:shared]), list(distinct[groups[0]][1][:shared])
+            owner, answer = [-1] * shared, [-1] * shared
+            for g in groups:
+                prompt_ids, prompt_pos = distinct[g]
+                ids += prompt_ids[shared:]
+                pos += prompt_pos[shared:]
+                owner += [g] * (len(prompt_ids) - shared)
+                answer += [-1] * (len(prompt_ids) - shared)
+                # a prompt that is all shared prefix ends where that prefix does
+                last_prompt_column[g] = len(ids) - 1 if len(prompt_ids) > shared else shared - 1
+            ids_rows.append(ids)
+            pos_rows.append(pos)
+            group_rows.append(owner)
+            answer_rows.append(answer)
         row, column, batch_index, token_index = [], [], [], []
-        for b, g in enumerate(group.tolist()):
-            length, answer = int(prompt_lengths[b]), int(response_lengths[b])
-            if segment[g, prompt_room - 1] != 0:  # the group's prompt, right-aligned
-                source = slice(prompt_width - length, prompt_width)
-                ids[g, prompt_room - length : prompt_room] = input_ids[b, source]
-                pos[g, prompt_room - length : prompt_room] = positions[b, source]
-                segment[g, prompt_room - length : prompt_room] = 0
-            start = fill[g]
-            answer_source = slice(prompt_width, prompt_width + answer)
-            ids[g, start : start + answer] = input_ids[b, answer_source]
-            pos[g, start : start + answer] = positions[b, answer_source]
-            segment[g, start : start + answer] = b + 1
-            fill[g] += answer
+        for b, g in enumerate(group):
+            r, length = row_of[g], answers[b]
+            start = len(ids_rows[r])
+            source = slice(prompt_width, prompt_width + length)
+            ids_rows[r] += input_ids[b, source].tolist()
+            pos_rows[r] += positions[b, source].tolist()
+            group_rows[r] += [g] * length
+            answer_rows[r] += [b] * length
             # token j is predicted at the position before it: the prompt's last for j = 0
-            predictors = [prompt_room - 1, *range(start, start + answer - 1)]
-            row += [g] * answer
-            column += predictors[:answer]
-            batch_index += [b] * answer
-            token_index += list(range(answer))
-        self.input_ids, self.position_ids = ids, pos
-        self.attention_mask = _attention(segment)
-        self.keep = width - (prompt_room - 1)
-        offset = prompt_room - 1  # kept logits start at this column
+            predictors = [last_prompt_column[g], *range(start, start + length - 1)]
+            row += [r] * length
+            column += predictors[:length]
+            batch_index += [b] * length
+            token_index += list(range(length))
+        width = max(len(ids) for ids in ids_rows)
+        count = len(rows)
+        self.input_ids = torch.zeros(count, width, dtype=input_ids.dtype)
+        self.position_ids = torch.zeros(count, width, dtype=positions.dtype)
+        owner_of = torch.full((count, width), -2)  # -2 padding
+        answer_of = torch.full((count, width), -1)
+        for r in range(count):
+            n = len(ids_rows[r])
+            self.input_ids[r, :n] = torch.tensor(ids_rows[r], dtype=input_ids.dtype)
+            self.position_ids[r, :n] = torch.tensor(pos_rows[r], dtype=positions.dtype)
+            owner_of[r, :n] = torch.tensor(group_rows[r])
+            answer_of[r, :n] = torch.tensor(answer_rows[r])
+        self.attention_mask = _attention(owner_of, answer_of)
+        first = min(last_prompt_column.values())
+        self.keep = width - first
         self.row = torch.tensor(row, dtype=torch.long)
-        self.column = torch.tensor(column, dtype=torch.long) - offset
+        self.column = torch.tensor(column, dtype=torch.long) - first
         self.batch_index = torch.tensor(batch_index, dtype=torch.long)
         self.token_index = torch.tensor(token_index, dtype=torch.long)
 
 
-def _attention(segment: torch.Tensor) -> torch.Tensor:
-    """A query sees earlier (or its own) prompt tokens and its own response's earlier tokens;
-    padding sees only itself (a row with no key gives NaN, whose gradient would poison others)."""
-    width = segment.size(1)
+def _common_prefix(prompts: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> int:
+    """How many first tokens (ids and positions) every prompt shares."""
+    shortest = min(len(ids) for ids, _ in prompts)
+    ids0, pos0 = prompts[0]
+    for i in range(shortest):
+        if any(ids[i] != ids0[i] or pos[i] != pos0[i] for ids, pos in prompts[1:]):
+            return i
+    return shortest
+
+
+def _attention(owner: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+    """A query sees earlier (or its own) keys of the shared prefix, of its group's prompt and of
+    its own response; padding sees only itself (a row with no key gives NaN, whose gradient would
+    poison others). ``owner``: a token's group, -1 shared prefix, -2 padding; ``answer``: its
+    response's batch row, -1 in a prompt."""
+    width = owner.size(1)
     causal = torch.ones(width, width, dtype=torch.bool).tril()
-    query, key = segment[:, :, None], segment[:, None, :]
-    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    allowed |= torch.eye(width, dtype=torch.bool) & (query < 0)
+    q_owner, k_owner = owner[:, :, None], owner[:, None, :]
+    q_answer, k_answer = answer[:, :, None], answer[:, None, :]
+    prompt_key = (k_owner == -1) | ((k_owner == q_owner) & (k_answer == -1))
+    own_answer = (k_answer >= 0) & (k_answer == q_answer)
+    allowed = causal & (k_owner > -2) & (prompt_key | own_answer)
+    allowed |= torch.eye(width, dtype=torch.bool) & (q_owner == -2)
     return allowed[:, None]
