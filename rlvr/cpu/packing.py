@@ -91,18 +91,17 @@ class _Layout:
              tuple(positions[b, prompt_width - n : prompt_width].tolist()))
             for b, n in enumerate(lengths)
         ]  # fmt: skip
-        distinct = list(dict.fromkeys(prompts))
-        group = [distinct.index(prompt) for prompt in prompts]
+        index = {prompt: g for g, prompt in enumerate(dict.fromkeys(prompts))}
+        distinct, group = list(index), [index[prompt] for prompt in prompts]
         answers = response_mask.sum(1).tolist()
-        layout = cls()
         shared = _common_prefix(distinct) if len(distinct) > 1 else 0
         merged_width = shared + sum(len(ids) - shared for ids, _ in distinct) + sum(answers)
         if shared and merged_width <= MAX_SHARED_ROW:
-            layout._pack([list(range(len(distinct)))], distinct, shared, group, input_ids,
-                         positions, answers, prompt_width)  # fmt: skip
+            rows = [list(range(len(distinct)))]
         else:
-            layout._pack([[g] for g in range(len(distinct))], distinct, 0, group, input_ids,
-                         positions, answers, prompt_width)  # fmt: skip
+            rows, shared = [[g] for g in range(len(distinct))], 0
+        layout = cls()
+        layout._pack(rows, distinct, shared, group, input_ids, positions, answers, prompt_width)
         return layout
 
     def _pack(
