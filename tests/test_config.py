@@ -204,11 +204,9 @@ def test_the_ownership_map_gives_each_key_one_owner() -> None:
     assert owner("data.train_batch_size") == owner("actor_rollout_ref.rollout.n") == "recipe"
 
 
-# Recipe keys a preset may set, and only to this value: reinforce_nanochat's one mini batch
-# follows the experiment's batch size without choosing a size of its own.
-OBJECTIVE_FOLLOWS_RECIPE = {
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "${data.train_batch_size}"
-}
+# Recipe keys a preset may set, and only to this value (none today: the recipe's mini batch is
+# already one per batch, configs/grpo.yaml).
+OBJECTIVE_FOLLOWS_RECIPE: dict[str, str] = {}
 
 
 def test_overlays_set_only_keys_of_their_concern() -> None:

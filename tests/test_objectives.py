@@ -23,8 +23,8 @@ from rlvr.train.config import (
 )
 
 PRESETS = ("dapo", "dr_grpo", "grpo", "reinforce_nanochat", "tuft_is")
-# Knobs only some presets set: the dapo manager's settings, and nanochat's one mini batch.
-PRESET_SPECIFIC = {"reward_model.reward_kwargs", "actor_rollout_ref.actor.ppo_mini_batch_size"}
+# Knobs only some presets set: the dapo manager's settings.
+PRESET_SPECIFIC = {"reward_model.reward_kwargs"}
 
 
 def test_the_presets_and_the_default() -> None:
@@ -44,9 +44,9 @@ def test_every_preset_composes_with_every_experiment(
     config = compose(experiment, [f"objective={objective}"], root=tmp_path)
     validate(config)
     actor = config.actor_rollout_ref.actor
-    # one mini batch per step whatever the preset (verl then sets old_log_prob = log_prob):
-    # the rank's share of the batch fits in one ppo_mini_batch_size
-    assert actor.ppo_mini_batch_size >= config.data.train_batch_size
+    # one mini batch per step whatever the preset (verl then sets old_log_prob = log_prob), and
+    # exactly the batch: a larger one shrinks the gradient under dynamic batching (batching.py)
+    assert actor.ppo_mini_batch_size == config.data.train_batch_size
     assert actor.ppo_epochs == 1
 
 
@@ -91,7 +91,6 @@ def test_experiment_pins_win_over_the_preset() -> None:
     """countdown_smollm2_cpu tuned temperature 0.7 for its model: every preset keeps it (an
     explicit override changes it)."""
     assert pinned_objective_keys("countdown_smollm2_cpu", "reinforce_nanochat") == [
-        "actor_rollout_ref.actor.ppo_mini_batch_size",
         "actor_rollout_ref.rollout.temperature",
     ]
     assert pinned_objective_keys("countdown_qwen3_4b", "dapo") == []
