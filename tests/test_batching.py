@@ -26,7 +26,7 @@ def test_verls_default_mini_batch_is_refused() -> None:
     """The planted regression: verl's default 256 against a batch of 64 (negative control)."""
     config = compose("countdown_qwen3_4b", ["actor_rollout_ref.actor.ppo_mini_batch_size=256"])
     (problem,) = batching(config).problems()
-    assert "ppo_mini_batch_size 256 > data.train_batch_size 64" in problem
+    assert "actor.ppo_mini_batch_size 256 > data.train_batch_size 64" in problem
     assert "sum to 0.25, not 1" in problem
 
 
@@ -40,7 +40,7 @@ def test_the_arithmetic() -> None:
     uneven = Batching(train_batch=64, mini_batch=3, group_size=5, data_parallel=8, epochs=1)
     assert [p.split(" ")[0] for p in uneven.problems()] == [
         "data.train_batch_size",  # 64 is not a multiple of 3
-        "actor.ppo_mini_batch_size",  # 3 x 5 = 15 rows over 8 ranks
+        "actor_rollout_ref.actor.ppo_mini_batch_size",  # 3 x 5 = 15 rows over 8 ranks
     ]
 
 

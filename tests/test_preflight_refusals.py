@@ -94,6 +94,8 @@ def test_offline_hub_id_must_be_cached(tmp_path: Path, monkeypatch: pytest.Monke
         ("actor_rollout_ref.actor.optim.lr=-1e-5", "optim.lr=-1e-05"),
         ("data.max_response_length=0", "data.max_response_length=0"),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "must divide the per-rank"),
+        # verl's default mini batch under a batch of 2: verl itself would only shrink the gradient
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=256", "sum to 0.00781, not 1"),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=0", "log_prob_micro"),
     ],
 )
@@ -108,7 +110,11 @@ def test_numeric_controls_and_verls_own_checks() -> None:
     assert verl_problems(compose("countdown_cpu")) == []
     small = compose(
         "countdown_cpu",
-        ["data.train_batch_size=1", "actor_rollout_ref.actor.use_dynamic_bsz=false"],
+        [
+            "data.train_batch_size=1",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.use_dynamic_bsz=false",
+        ],
     )
     (problem,) = verl_problems(small)
     assert "verl refuses this config" in problem and "train_batch_size (1)" in problem

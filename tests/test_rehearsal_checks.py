@@ -145,3 +145,15 @@ wandb.finish()
         with pytest.raises(checks.RehearsalFailure, match="no val/generations table"):
             checks.wandb_run(wandb_dir, set(), [1, 2])
         assert "finished" in checks.wandb_run(wandb_dir, set(), [1, 2], table=None)
+
+
+def test_gradient_scale_passes_whole_gradients_and_names_a_shrunk_one(
+    tiny_model_dir: Path,
+) -> None:
+    from rlvr.train.config import compose
+
+    good = compose("countdown_qwen3_4b", ["+rehearsal=cpu"])
+    assert "world 8: 64 prompts x 16 a batch" in checks.gradient_scale(good, tiny_model_dir, [8])
+    planted = ["+rehearsal=cpu", "actor_rollout_ref.actor.ppo_mini_batch_size=256"]
+    with pytest.raises(checks.RehearsalFailure, match=r"world size 8: .* sum to 0\.25, not 1"):
+        checks.gradient_scale(compose("countdown_qwen3_4b", planted), tiny_model_dir, [8])

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+
 
 @dataclass(frozen=True)
 class Batching:
@@ -51,9 +53,14 @@ class Batching:
     def problems(self) -> list[str]:
         """What breaks the gradient scale or verl's even split; empty when the batching is sound."""
         found = []
-        if self.mini_batch > self.train_batch:
+        if self.mini_rows_per_rank <= 0:
             found.append(
-                f"actor.ppo_mini_batch_size {self.mini_batch} > data.train_batch_size "
+                f"{MINI} {self.mini_batch} x rollout.n {self.group_size} must be at least the "
+                f"{self.data_parallel} data-parallel ranks; raise it"
+            )
+        elif self.mini_batch > self.train_batch:
+            found.append(
+                f"{MINI} {self.mini_batch} > data.train_batch_size "
                 f"{self.train_batch}: each update's loss-scale factors sum to "
                 f"{self.train_batch / self.mini_batch:.3g}, not 1 (set ppo_mini_batch_size <= "
                 f"train_batch_size)"
@@ -61,13 +68,10 @@ class Batching:
         elif self.train_batch % self.mini_batch:
             found.append(
                 f"data.train_batch_size {self.train_batch} is not a multiple of "
-                f"actor.ppo_mini_batch_size {self.mini_batch}: the last update of each batch "
+                f"{MINI} {self.mini_batch}: the last update of each batch "
                 f"gets a smaller gradient"
             )
-        for name, prompts in (
-            ("data.train_batch_size", self.train_batch),
-            ("actor.ppo_mini_batch_size", self.mini_batch),
-        ):
+        for name, prompts in (("data.train_batch_size", self.train_batch), (MINI, self.mini_batch)):
             if prompts * self.group_size % self.data_parallel:
                 found.append(
                     f"{name} {prompts} x rollout.n {self.group_size} = "

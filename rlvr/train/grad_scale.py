@@ -21,6 +21,8 @@ batches: the budget decides how rows are grouped, not how they are weighted.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import socket
 from dataclasses import dataclass
@@ -152,11 +154,12 @@ def check(
         data.batch["old_log_probs"] = _log_probs(model, data.batch)
     ours = _single_process_group()
     try:
-        actor = DataParallelPPOActor(
-            _actor_config(config, rows, mini_rows),
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.0),
-        )
+        with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
+            actor = DataParallelPPOActor(
+                _actor_config(config, rows, mini_rows),
+                model,
+                torch.optim.SGD(model.parameters(), lr=0.0),
+            )
         metrics = actor.update_policy(data)
         micro = _micro_batches(actor, data.split(mini_rows)[0])
     finally:

@@ -27,6 +27,7 @@ from rlvr import tasks
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
+from rlvr.train.batching import batching
 from rlvr.train.checkpoint_budget import estimate, human
 
 PARQUET_MAGIC = b"PAR1"  # a Parquet file starts and ends with it
@@ -227,19 +228,13 @@ def numeric_problems(config: Any) -> list[str]:
 
 
 def _batch_split_problems(config: Any) -> list[str]:
-    """verl's worker-side split: ``ppo_mini_batch_size * n`` over the data-parallel ranks must
-    be > 0 and a multiple of ``ppo_micro_batch_size_per_gpu``."""
-    actor = config.actor_rollout_ref.actor
-    n = int(config.actor_rollout_ref.rollout.n)
-    world = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-    ranks = max(1, world // int(actor.get("ulysses_sequence_parallel_size", 1) or 1))
-    per_rank = int(actor.ppo_mini_batch_size) * n // ranks
-    if per_rank <= 0:
-        return [
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}: times "
-            f"rollout.n={n} it must be at least the {ranks} data-parallel ranks; raise it"
-        ]
-    micro = actor.get("ppo_micro_batch_size_per_gpu")
+    """verl's worker-side split (rlvr/train/batching.py: whole mini batches, even over the
+    ranks), and ``ppo_micro_batch_size_per_gpu`` dividing the per-rank mini batch."""
+    plan = batching(config)
+    if found := plan.problems():
+        return found
+    per_rank = plan.mini_rows_per_rank
+    micro = config.actor_rollout_ref.actor.get("ppo_micro_batch_size_per_gpu")
     if micro is not None and per_rank % int(micro) != 0:
         return [
             f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}: must divide the "
@@ -426,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"pre-flight: {args[0]} ok (task {task.name if task else 'unregistered'}, "
             f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s), "
-            f"model {config.actor_rollout_ref.model.path})"
+            f"model {config.actor_rollout_ref.model.path})\npre-flight: {batching(config).line()}"
         )
     return 2 if problems else 0
 

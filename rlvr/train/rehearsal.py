@@ -51,6 +51,7 @@ class Plan:
     task: str
     lora: bool
     save_contents: list[str]
+    real_world_size: int  # the GPU run's, whatever the rehearsal runs at
     objective: str = "grpo"
     overrides: list[str] = field(default_factory=list)
 
@@ -87,6 +88,7 @@ def make_plan(
         task=_task_of(config).name,
         lora=lora_rank(config) > 0,
         save_contents=list(config.actor_rollout_ref.actor.checkpoint.save_contents),
+        real_world_size=nnodes * real,
         objective=objective,
     )
     plan.overrides = [
@@ -269,6 +271,7 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
     start, peak, machine = time.monotonic(), 0, 0
     try:
         runner.step("prepare", lambda: prepare_inputs(plan))
+        runner.step("gradient scale", lambda: _gradient_scale(plan))
         cluster = runner.step("ray", lambda: start_ray(plan, ray_tmp))
         train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
         peak, machine = train.peak_bytes, train.peak_machine_bytes
@@ -301,6 +304,15 @@ def _cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
     if stopped:
         detail += f"; stopped this rehearsal's cluster ({stopped} daemons)"
     return ("cleanup", "FAIL" if left else "ok", detail)
+
+
+def _gradient_scale(plan: Plan) -> str:
+    """Before any launch: a wrong gradient scale runs without an error, so catch it first."""
+    from rlvr.train.config import compose
+
+    config = compose(plan.experiment, plan.overrides)
+    worlds = [plan.real_world_size, plan.world_size]
+    return checks.gradient_scale(config, plan.out / "models/tiny", worlds)
 
 
 def _resumed(plan: Plan, known: set[Path]) -> str:

@@ -113,6 +113,27 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     return f"loads strictly and equals base + lora_adapter (max |diff| {diff:.1e})"
 
 
+def gradient_scale(config: Any, model_dir: Path, world_sizes: list[int]) -> str:
+    """Each update's gradient is whole: the experiment's batching passes the rules of
+    ``rlvr.train.batching``, and verl's own actor update, with that batching at each world size,
+    gives the gradient norm computed outside verl (``rlvr.train.grad_scale``)."""
+    from rlvr.train import grad_scale
+    from rlvr.train.batching import batching
+
+    found = []
+    for world in dict.fromkeys(world_sizes):
+        if problems := batching(config, world).problems():
+            raise RehearsalFailure(f"world size {world}: {problems[0]}")
+        result = grad_scale.check(config, model_dir, world)
+        if not result.ok:
+            raise RehearsalFailure(
+                f"world size {world}: {result.line()}; expected 1: an update's loss-scale "
+                "factors do not sum to 1 (rlvr/train/batching.py)"
+            )
+        found.append(f"world {world}: {result.line()}")
+    return "; ".join(found)
+
+
 def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:
     """(record type, record) for every record of an offline wandb run file."""
     from wandb.proto import wandb_internal_pb2
