@@ -122,14 +122,13 @@ def gradient_scale(config: Any, model_dir: Path, world_sizes: list[int]) -> str:
 
     found = []
     for world in dict.fromkeys(world_sizes):
-        if problems := batching(config, world).problems():
+        problems = batching(config, world).problems()
+        if problems and batching(config, world).mini_rows_per_rank <= 0:
             raise RehearsalFailure(f"world size {world}: {problems[0]}")
         result = grad_scale.check(config, model_dir, world)
-        if not result.ok:
-            raise RehearsalFailure(
-                f"world size {world}: {result.line()}; expected 1: an update's loss-scale "
-                "factors do not sum to 1 (rlvr/train/batching.py)"
-            )
+        if problems or not result.ok:
+            rule = problems[0] if problems else "an update's loss-scale factors do not sum to 1"
+            raise RehearsalFailure(f"world size {world}: {rule}; measured: {result.line()}")
         found.append(f"world {world}: {result.line()}")
     return "; ".join(found)
 
