@@ -6,8 +6,9 @@
 #   e.g. bash scripts/rehearse.sh countdown_qwen3_4b_lora --objective dapo
 # The objective preset (configs/objective/, default grpo) is passed as objective=NAME; the
 # default out folder is artifacts/rehearsal/EXPERIMENT-OBJECTIVE.
-# Checks each rank's device assignment, checkpoint shards, a strictly loadable
-# actor/huggingface, per-step metrics, the wandb run, resume, and that no Ray process is left.
+# Checks the gradient scale (verl's update vs plain torch), for 2 nodes step 1 against one node,
+# each rank's device assignment, checkpoint shards, a strictly loadable actor/huggingface,
+# per-step metrics, the wandb run, resume, and that no Ray process is left.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -90,7 +90,7 @@ def test_fixes_apply_and_work_without_cuda() -> None:
         assert applied == ["gloo_process_groups", "cpu_device_functions", "no_cpu_autocast",
                            "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout",
                            "bypass_mode_config", "cpu_threads", "no_gc_per_rollout",
-                           "single_rank_collectives", "single_rank_full_tensor",
+                           "reduce_scatter_on_gloo", "single_rank_full_tensor",
                            "packed_actor_forward", "rollout_entropy_metric"], applied
         assert cpu_compat.install() == []  # once per process
 

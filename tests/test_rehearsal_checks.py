@@ -157,3 +157,32 @@ def test_gradient_scale_passes_whole_gradients_and_names_a_shrunk_one(
     planted = ["+rehearsal=cpu", "actor_rollout_ref.actor.ppo_mini_batch_size=256"]
     with pytest.raises(checks.RehearsalFailure, match=r"world size 8: .* sum to 0\.25, not 1"):
         checks.gradient_scale(compose("countdown_qwen3_4b", planted), tiny_model_dir, [8])
+
+
+def _metrics(path: Path, **step_one: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = [{"step": 0, "data": {"val-core/x": 0.0}}, {"step": 1, "data": step_one}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+STEP_ONE = {
+    "critic/score/mean": 0.125,
+    "response_length/mean": 16.0,
+    "actor/pg_loss": -0.0123,
+    "actor/grad_norm": 2.5,
+}
+
+
+def test_same_step_one_across_topologies(tmp_path: Path) -> None:
+    reference = _metrics(tmp_path / "one_node.jsonl", **STEP_ONE)
+    # the gradient reduced in another order: equal within 1e-3
+    close = {**STEP_ONE, "actor/grad_norm": 2.5 * (1 + 2e-5)}
+    assert "grad_norm 2.5" in checks.same_step_one(_metrics(tmp_path / "a", **close), reference)
+    # negative controls: a gradient halved on one topology, or other rollouts
+    for key, value in (("actor/grad_norm", 1.25), ("critic/score/mean", 0.25)):
+        run = _metrics(tmp_path / key.replace("/", "_"), **{**STEP_ONE, key: value})
+        with pytest.raises(checks.RehearsalFailure, match=f"differ between topologies: {key}"):
+            checks.same_step_one(run, reference)
+    with pytest.raises(checks.RehearsalFailure, match="no step 1 logged"):
+        checks.same_step_one(tmp_path / "missing.jsonl", reference)

@@ -2,8 +2,9 @@
 
 Each runs ``scripts/rehearse.sh`` as a user would: the experiment's own config through the real
 launcher, verl and Ray with 8 fake GPUs per node; the 2-node experiment as two Ray nodes on this
-machine. The rehearsal itself checks devices, shards, the loadable checkpoint, wandb, resume and
-Ray clean-up, and exits non-zero naming the failed step.
+machine. The rehearsal itself checks the gradient scale against plain torch, the 2-node step 1
+against one node, devices, shards, the loadable checkpoint, wandb, resume and Ray clean-up, and
+exits non-zero naming the failed step.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def test_rehearsal_passes(experiment: str, tmp_path: Path) -> None:
     sys.stdout.write(done.output[-3000:])  # the report, in the CI log
     assert done.returncode == 0, done.output[-6000:]
     report = done.output[done.output.index("Rehearsal of") :]
-    for step in ("devices", "shards", "huggingface", "wandb", "resumed", "cleanup"):
+    steps = ["gradient scale", "devices", "shards", "huggingface", "wandb", "resumed", "cleanup"]
+    if experiment.endswith("_2nodes"):
+        steps.append("topology")
+    for step in steps:
         assert f"ok    {step}" in report, report
+    assert "verl's gradient / reference = 1.0000" in report
     if experiment.endswith("_lora"):
         assert "equals base + lora_adapter" in report
     assert "Ray processes left: 0" in report

@@ -20,6 +20,9 @@ Fix -> the symptom it cures:
   the reference model's forced, pinned CPU offload.
 - ``_register_hf_rollout``: ``Rollout hf with mode sync not found`` (0.6.1 registers only vllm
   and sglang); the rollout itself is ``rlvr.cpu.rollout.HFSyncRollout``.
+- ``collectives.reduce_scatter_on_gloo``: gloo's ``reduce_scatter_tensor`` sums when asked to
+  average (torch 2.8), so FSDP2 gradients on N ranks came out N times too large (under HSDP, the
+  shard group's size); the rehearsal's 2-node vs 1-node check caught it (rlvr/cpu/collectives.py).
 - ``_bypass_mode_config``: ``Key 'rollout_correction' is not in struct`` from verl 0.6.1's own
   ``algorithm.rollout_correction.bypass_mode``: ``apply_rollout_correction`` writes an undeclared
   key into the trainer's ``actor.policy_loss`` (verl issue 4912). Only the policy-gradient variant
@@ -31,14 +34,8 @@ Speed (docs/TRAINING.md, "CPU speed"); none changes what is computed:
   each verl rank now takes its share of the cores (``RLVR_CPU_THREADS`` overrides).
 - ``_no_gc_per_rollout``: verl's ``aggressive_empty_cache`` runs ``gc.collect()`` around every
   rollout to hand cached CUDA memory back; on CPU there is none, and each took about 0.5 s.
-- ``_single_rank_collectives``: FSDP reduce-scatters every gradient and all-gathers the weights
-  through gloo, which copies through its own buffers even for a group of one rank; for one rank
-  the result is the input, copied directly.
-- ``_single_rank_full_tensor``: ``DTensor.full_tensor`` (verl's weight sync before every
-  rollout) on a one-rank mesh went through gloo, whose worker thread copied the weights with its
-  own OpenMP pool; with more libgomp threads than cores libgomp throttles its spin-waiting, and
-  the compute threads then sleep and wake at every barrier (~800 futex waits per decode step).
-  On one rank the full tensor is the local one, copied in the calling thread.
+- ``collectives.reduce_scatter_on_gloo``, ``collectives.single_rank_full_tensor``: a collective
+  over one rank, copied directly (``rlvr/cpu/collectives.py`` says why).
 - ``_packed_actor_forward``: the actor's and the reference's log-prob forward runs packed
   (``rlvr.cpu.packing``): each prompt once, a prefix the prompts share once, no padding, logits
   only for response tokens.
@@ -58,6 +55,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rlvr.cpu.guards import require_parameters as _require_parameters
+
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 THREADS_ENV = "RLVR_CPU_THREADS"
 _installed = False
@@ -71,6 +70,8 @@ def cuda_available() -> bool:
 
 def install() -> list[str]:
     """Apply every fix once per process when CUDA is absent; return the names applied."""
+    from rlvr.cpu import collectives
+
     global _installed
     if _installed or cuda_available():
         return []
@@ -85,8 +86,8 @@ def install() -> list[str]:
         _bypass_mode_config,
         _cpu_threads,
         _no_gc_per_rollout,
-        _single_rank_collectives,
-        _single_rank_full_tensor,
+        collectives.reduce_scatter_on_gloo,
+        collectives.single_rank_full_tensor,
         _packed_actor_forward,
         _rollout_entropy_metric,
     ):
@@ -209,26 +210,6 @@ def _register_hf_rollout() -> None:
     base._ROLLOUT_REGISTRY[("hf", "sync")] = HF_ROLLOUT
 
 
-def _require_parameters(
-    function: Callable[..., Any], expected: tuple[str, ...], decorated: str | None = None
-) -> None:
-    """Refuse to wrap a verl function whose parameters are not the ones this module was written
-    against (verl 0.6.1). ``decorated``: the name of the function a decorator's
-    ``(*args, **kwargs)`` wrapper holds (verl's ``GPUMemoryLogger`` keeps no ``__wrapped__``)."""
-    if decorated is not None:
-        held = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
-        inner = [f for f in held if inspect.isfunction(f) and f.__name__ == decorated]
-        if len(inner) != 1:
-            raise RuntimeError(f"rlvr.cpu.compat: no {decorated} inside {function!r}")
-        function = inner[0]
-    found = tuple(inspect.signature(function).parameters)
-    if found != expected:
-        raise RuntimeError(
-            f"rlvr.cpu.compat: {function.__qualname__}{found} is not verl 0.6.1's {expected};"
-            " update rlvr/cpu/compat.py for this verl"
-        )
-
-
 def _bypass_mode_config() -> None:
     """Let ``apply_rollout_correction`` record its config on the driver's struct config."""
     import verl.trainer.ppo.rollout_corr_helper as helper
@@ -290,69 +271,6 @@ def _no_gc_per_rollout() -> None:
 
     memory_utils.aggressive_empty_cache = aggressive_empty_cache
     workers.aggressive_empty_cache = aggressive_empty_cache
-
-
-def _single_rank_collectives() -> None:
-    """A synchronous reduce-scatter (sum or average) or all-gather over a group of one rank is a
-    copy of the input; anything else goes to torch as before."""
-    import torch.distributed as dist
-
-    reduce_scatter, all_gather = dist.reduce_scatter_tensor, dist.all_gather_into_tensor
-    if getattr(reduce_scatter, "_rlvr_cpu", False):
-        return
-    _require_parameters(reduce_scatter, ("output", "input", "op", "group", "async_op"))
-    _require_parameters(all_gather, ("output_tensor", "input_tensor", "group", "async_op"))
-    identity = (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
-
-    @functools.wraps(reduce_scatter)
-    def reduce_scatter_tensor(
-        output: Any,
-        input: Any,
-        op: Any = dist.ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        if not async_op and op in identity and dist.get_world_size(group) == 1:
-            output.copy_(input.view_as(output))
-            return None
-        return reduce_scatter(output, input, op=op, group=group, async_op=async_op)
-
-    @functools.wraps(all_gather)
-    def all_gather_into_tensor(
-        output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False
-    ) -> Any:
-        if not async_op and dist.get_world_size(group) == 1:
-            output_tensor.copy_(input_tensor.view_as(output_tensor))
-            return None
-        return all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
-
-    reduce_scatter_tensor._rlvr_cpu = True  # type: ignore[attr-defined]
-    dist.reduce_scatter_tensor = reduce_scatter_tensor
-    dist.all_gather_into_tensor = all_gather_into_tensor
-
-
-def _single_rank_full_tensor() -> None:
-    """``full_tensor`` of a DTensor on a one-rank CPU mesh: a copy of its local tensor, made in
-    this thread (see the module docstring); anything else, or a call that autograd records, goes
-    to torch as before."""
-    import torch
-    from torch.distributed.tensor import DTensor
-
-    original = DTensor.full_tensor
-    if getattr(original, "_rlvr_cpu", False):
-        return
-    _require_parameters(original, ("self", "grad_placements"))
-
-    @functools.wraps(original)
-    def full_tensor(self: Any, *, grad_placements: Any = None) -> Any:
-        single = self.device_mesh.size() == 1 and self.device_mesh.device_type == "cpu"
-        recorded = torch.is_grad_enabled() and self.requires_grad
-        if single and grad_placements is None and not recorded:
-            return self.to_local().clone()
-        return original(self, grad_placements=grad_placements)
-
-    full_tensor._rlvr_cpu = True  # type: ignore[attr-defined]
-    DTensor.full_tensor = full_tensor  # type: ignore[method-assign]
 
 
 def _packed_actor_forward() -> None:

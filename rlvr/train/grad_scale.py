@@ -25,6 +25,7 @@ import contextlib
 import io
 import math
 import socket
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,9 @@ def check(
                 model,
                 torch.optim.SGD(model.parameters(), lr=0.0),
             )
-        metrics = actor.update_policy(data)
+        with warnings.catch_warnings():  # known and harmless here: fp32 autocast on a CPU
+            warnings.filterwarnings("ignore", message="In CPU autocast", category=UserWarning)
+            metrics = actor.update_policy(data)
         micro = _micro_batches(actor, data.split(mini_rows)[0])
     finally:
         if ours:

@@ -12,7 +12,10 @@ attention (SDPA), lengths (short), steps (2, then 3 on resume), data (generated)
 objective preset (configs/objective/, ``--objective``, default grpo) is passed as
 ``objective=NAME``, exactly as a launch would. A multi-node
 experiment runs as that many Ray nodes on this machine, joined by ``scripts/ray_cluster.sh``.
-Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
+Checks that results are right, not only that it ran: before any launch, verl's own actor update
+under the experiment's batching against a gradient computed outside verl ("gradient scale");
+for a multi-node experiment, step 1 on its own nodes against one node of the same world size
+("topology"). Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +226,58 @@ def _env(plan: Plan, trace: Path | None = None, address: str | None = None) -> d
     return env
 
 
+# What a topology run sets itself (a later duplicate of a Hydra override is an error).
+_TOPOLOGY_KEYS = (
+    "paths.checkpoints=",
+    "trainer.n_gpus_per_node=",
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size=",
+    "actor_rollout_ref.ref.fsdp_config.fsdp_size=",
+)
+
+
+def step_one(plan: Plan, name: str, one_node: bool) -> Plan:
+    """Step 1 of the experiment in ``out/name`` (its own checkpoints, logs and wandb), scored by
+    the rehearsal's stand-in reward so that step 1 has a gradient: on the experiment's own
+    topology, or on one node of the same world size with plain FSDP over every rank. Same data,
+    seed and world size: the two must agree (``checks.same_step_one``)."""
+    run = replace(plan, out=plan.out / name)
+    extra = [
+        f"paths.checkpoints={run.out}/checkpoints",
+        "trainer.save_freq=-1",
+        f"custom_reward_function.path={ROOT}/rlvr/train/rehearsal_reward.py",
+    ]
+    drop: tuple[str, ...] = ("paths.checkpoints=",)
+    if one_node:
+        run = replace(run, nnodes=1, gpus_per_node=plan.world_size)
+        extra += ["trainer.nnodes=1", f"trainer.n_gpus_per_node={plan.world_size}"]
+        extra += [f"actor_rollout_ref.{r}.fsdp_config.fsdp_size=-1" for r in ("actor", "ref")]
+        drop = _TOPOLOGY_KEYS
+    run.overrides = [o for o in plan.overrides if not o.startswith(drop)] + extra
+    run.out.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
+    """Before the cluster starts (verl's local Ray would find and join a running one)."""
+    run = step_one(plan, "one_node", one_node=True)
+    ray_tmp = tempfile.mkdtemp(prefix="rlvr-ref-", dir="/tmp")
+    try:
+        done = launch(run, start_ray(run, ray_tmp), 1, "train", timeout_s)
+    finally:
+        left = reap([ray_tmp], 60, checks.traced_processes(run.out))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    if left:
+        raise checks.RehearsalFailure(f"the one-node run left Ray processes {left}")
+    return done
+
+
+def topology(plan: Plan, cluster: Cluster, timeout_s: float) -> str:
+    """Step 1 on the experiment's cluster, compared with the one-node run's."""
+    launch(step_one(plan, "cluster", one_node=False), cluster, 1, "train", timeout_s)
+    metrics = f"checkpoints/{plan.experiment}/metrics.jsonl"
+    return checks.same_step_one(plan.out / "cluster" / metrics, plan.out / "one_node" / metrics)
+
+
 def launch(plan: Plan, cluster: Cluster, steps: int, name: str, timeout_s: float) -> Finished:
     """``scripts/launch_grpo.sh`` with the experiment plus the rehearsal's replacements."""
     cmd = [
@@ -272,7 +327,12 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
     try:
         runner.step("prepare", lambda: prepare_inputs(plan))
         runner.step("gradient scale", lambda: _gradient_scale(plan))
+        if plan.nnodes > 1:
+            name = f"one node x {plan.world_size}, step 1"
+            runner.step(name, lambda: one_node_step_one(plan, timeout_s))
         cluster = runner.step("ray", lambda: start_ray(plan, ray_tmp))
+        if plan.nnodes > 1:
+            runner.step("topology", lambda: topology(plan, cluster, timeout_s))
         train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
         peak, machine = train.peak_bytes, train.peak_machine_bytes
         world, actor = plan.world_size, plan.actor_dir

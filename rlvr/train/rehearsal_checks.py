@@ -32,7 +32,7 @@ def traced_processes(out: Path) -> list[tuple[int, float]]:
     the Ray workers, whose command lines Ray rewrites, so no marker finds them."""
     return [
         (pid, min(r["time"] for r in records))
-        for trace_dir in sorted(out.glob("trace_*"))
+        for trace_dir in sorted(out.rglob("trace_*"))
         for pid, records in _trace_records(trace_dir).items()
     ]
 
@@ -131,6 +131,39 @@ def gradient_scale(config: Any, model_dir: Path, world_sizes: list[int]) -> str:
             raise RehearsalFailure(f"world size {world}: {rule}; measured: {result.line()}")
         found.append(f"world {world}: {result.line()}")
     return "; ".join(found)
+
+
+# Step 1 of two topologies: the same rows on every rank (the rollout's seed is the rank's), so
+# these must agree; only the gradient's reduction order differs (fp32).
+SAME_ROLLOUTS = ("critic/score/mean", "response_length/mean")
+SAME_UPDATE = ("actor/pg_loss", "actor/grad_norm")
+TOPOLOGY_RTOL, TOPOLOGY_ATOL = 1e-3, 1e-6
+
+
+def same_step_one(run: Path, reference: Path) -> str:
+    """Step 1 of ``run`` (its metrics.jsonl) and of ``reference``, the same experiment, data and
+    seed at the same world size on another topology: the same rollouts, and the same loss and
+    gradient norm. A gradient reduced or scaled per node would differ here."""
+    from rlvr.report.metrics_log import read_steps
+
+    steps = []
+    for path in (run, reference):
+        first = [r.metrics for r in read_steps(path) if r.step == 1]
+        if not first:
+            raise RehearsalFailure(f"{path}: no step 1 logged")
+        steps.append(first[0])
+    ours, theirs = steps
+    for keys, what in ((SAME_ROLLOUTS, "rollouts"), (SAME_UPDATE, "update")):
+        for key in keys:
+            a, b = ours.get(key), theirs.get(key)
+            if a is None or b is None:
+                raise RehearsalFailure(f"step 1: {key} missing ({run} or {reference})")
+            if abs(a - b) > TOPOLOGY_ATOL + TOPOLOGY_RTOL * abs(b):
+                raise RehearsalFailure(
+                    f"step 1 {what} differ between topologies: {key} {a:.6g} vs {b:.6g}"
+                )
+    shown = ", ".join(f"{k.split('/')[-1]} {ours[k]:.4g}" for k in SAME_UPDATE)
+    return f"step 1 agrees with one node at the same world size ({shown})"
 
 
 def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:

@@ -1,0 +1,27 @@
+"""Refuse to patch a function whose parameters are not the ones a fix was written against."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+def require_parameters(
+    function: Callable[..., Any], expected: tuple[str, ...], decorated: str | None = None
+) -> None:
+    """Refuse to wrap a verl function whose parameters are not the ones this module was written
+    against (verl 0.6.1). ``decorated``: the name of the function a decorator's
+    ``(*args, **kwargs)`` wrapper holds (verl's ``GPUMemoryLogger`` keeps no ``__wrapped__``)."""
+    if decorated is not None:
+        held = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
+        inner = [f for f in held if inspect.isfunction(f) and f.__name__ == decorated]
+        if len(inner) != 1:
+            raise RuntimeError(f"rlvr.cpu.compat: no {decorated} inside {function!r}")
+        function = inner[0]
+    found = tuple(inspect.signature(function).parameters)
+    if found != expected:
+        raise RuntimeError(
+            f"rlvr.cpu.compat: {function.__qualname__}{found} is not verl 0.6.1's {expected};"
+            " update rlvr/cpu/compat.py for this verl"
+        )
