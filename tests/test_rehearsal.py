@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train.rehearsal import main, make_plan
+from rlvr.train.rehearsal import main
+from rlvr.train.rehearsal_plan import make_plan
 
 
 def test_plan_keeps_the_experiment_and_lists_what_it_replaces(
@@ -66,7 +67,7 @@ def test_refuses_a_folder_it_did_not_make(tmp_path: Path, capsys) -> None:
 def test_ranks_that_fit_memory_and_divide_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    from rlvr.train.rehearsal import ranks_that_fit
+    from rlvr.train.rehearsal_plan import ranks_that_fit
 
     def available(gib: float):
         return type("Memory", (), {"available": gib * 2**30})()

@@ -44,6 +44,7 @@ from verl.workers.rollout.hf_rollout import HFRollout
 # ``actor/entropy`` metric that verl 0.6.1 computes only in the old-log-prob pass.
 ROLLOUT_ENTROPY_KEY = "rlvr_rollout_entropy"
 _PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+SAMPLING_SEED = 1000  # verl seeds its vLLM/SGLang rollouts with 1000 + rank (fsdp_workers.py)
 
 
 def _without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,6 +90,7 @@ class HFSyncRollout(HFRollout):
         self._takes_logits_to_keep = "logits_to_keep" in forward
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}
+        self._calls = 0  # generate_sequences calls: with the rank, the sampling seed
 
     async def resume(self, tags: list[str]) -> None:
         """Weights and cache live in host memory the whole time: nothing to bring back."""
@@ -153,7 +155,15 @@ class HFSyncRollout(HFRollout):
                 state[target].copy_(original + scale * (lora_b @ lora_a).to(original.dtype))
 
     def generate_sequences(self, prompts: Any) -> Any:
-        output = super().generate_sequences(prompts)
+        # Each rank samples from a stream seeded by (rank, call): the same rank draws the same
+        # tokens whatever the sharding and whatever used the global RNG before (FSDP's
+        # initialisation differs between topologies), so the rehearsal can compare two
+        # topologies' step 1, and a CPU run is reproducible.
+        self._calls += 1
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SAMPLING_SEED + 100_003 * rank + self._calls)
+            output = super().generate_sequences(prompts)
         self.module.eval()  # HFRollout flips the module back to train mode after generating
         return output
 
