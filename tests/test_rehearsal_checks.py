@@ -35,6 +35,9 @@ def _rank(pid: int, rank: int | None, device: str | None, raylet: str = "1", **h
         base
         | {"event": "torch_imported", "cuda_visible_devices": device, "torch_loaded": True}
         | {"executable": PYTHON},
+        base
+        | {"event": "gpus_hidden", "cuda_visible_devices": "", "torch_loaded": True}
+        | {"executable": PYTHON},
     ]
 
 
@@ -61,6 +64,9 @@ def test_devices_pass_one_node_and_two(tmp_path: Path) -> None:
         (lambda r: r[1].update(cuda_visible_devices="0,1,2"), "CUDA_VISIBLE_DEVICES='0,1,2'"),
         (lambda r: r[1].update(cuda_visible_devices="5"), "ranks share a device"),
         (lambda r: r[0].update(executable="/home/x/.local/bin/uv"), "not /venv/bin/python"),
+        # on a GPU node the fake id names a real GPU: a rank that did not blank it would use it
+        (lambda r: r[2].update(cuda_visible_devices="0"), "rank 0: GPU '0' not hidden"),
+        (lambda r: r[2].update(event="no_such_event"), "rank 0: GPU '0' not hidden"),
     ],
 )
 def test_devices_fail_on_a_broken_rank(tmp_path: Path, mutate, expected: str) -> None:

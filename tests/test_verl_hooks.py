@@ -128,6 +128,40 @@ def test_trace_records_devices_at_hook_and_at_torch_import(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.parametrize("hide", [True, False])
+def test_rehearsal_hides_the_gpu_ray_assigned_once_traced(tmp_path: Path, hide: bool) -> None:
+    """On a GPU node Ray's fake id would name a real GPU: with RLVR_HIDE_GPUS the rank records
+    it, then torch sees none (torch reads CUDA_VISIBLE_DEVICES only when CUDA initialises)."""
+    seen = _run(
+        """
+        import json, os
+        from rlvr.train import verl_hooks
+        verl_hooks.install()
+        os.environ["CUDA_VISIBLE_DEVICES"] = "3"   # what Ray does when the actor starts
+        import torch
+        print(json.dumps({"env": os.environ["CUDA_VISIBLE_DEVICES"],
+                          "count": torch.cuda.device_count()}))
+        """,
+        {"RLVR_TRACE_DIR": str(tmp_path), "RANK": "5"} | ({"RLVR_HIDE_GPUS": "1"} if hide else {}),
+    )
+    (trace,) = tmp_path.glob("*.jsonl")
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(e["event"], e["cuda_visible_devices"]) for e in events[1:]] == (
+        [("torch_imported", "3"), ("gpus_hidden", "")] if hide else [("torch_imported", "3")]
+    )
+    assert seen["env"] == ("" if hide else "3")
+    if hide:
+        assert seen["count"] == 0
+
+
+def test_rehearsal_launches_hide_the_gpus(tmp_path: Path) -> None:
+    from rlvr.train.rehearsal_launch import _env
+    from rlvr.train.rehearsal_plan import make_plan
+
+    env = _env(make_plan("countdown_qwen3_4b", tmp_path, 8))
+    assert (env["CUDA_VISIBLE_DEVICES"], env["RLVR_HIDE_GPUS"]) == ("", "1")
+
+
 # What verl 0.6.1 logs on a CPU training step, by type: trainer.balance_batch's
 # log_seqlen_unbalance gives 0-d torch tensors (int64, and float32 for the mean), reduce_metrics
 # np.float64 (a float subclass: fine), and validation can give np.float32 (Agent-R1 issue 83).

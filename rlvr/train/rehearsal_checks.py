@@ -38,8 +38,9 @@ def traced_processes(out: Path) -> list[tuple[int, float]]:
 
 
 def devices(trace_dir: Path, world_size: int, python: str) -> str:
-    """Every rank: its own CUDA_VISIBLE_DEVICES set before torch was first imported, torch not
-    imported by the setup hook, and the project's interpreter (not a node-specific uv path)."""
+    """Every rank: its own CUDA_VISIBLE_DEVICES set before torch was first imported, then blanked
+    so torch sees no GPU (the rehearsal runs on CPU, on a GPU node too), torch not imported by the
+    setup hook, and the project's interpreter (not a node-specific uv path)."""
     ranks: dict[str, dict[str, Any]] = {}
     problems = []
     for pid, records in _trace_records(trace_dir).items():
@@ -54,6 +55,9 @@ def devices(trace_dir: Path, world_size: int, python: str) -> str:
         device = first_torch["cuda_visible_devices"]
         if not device or "," in device:
             problems.append(f"rank {first_torch['rank']}: CUDA_VISIBLE_DEVICES={device!r} at torch")
+        hidden = [r for r in records if r["event"] == "gpus_hidden"]
+        if not hidden or hidden[0]["cuda_visible_devices"] != "":
+            problems.append(f"rank {first_torch['rank']}: GPU {device!r} not hidden from torch")
         ranks[first_torch["rank"]] = first_torch
     if sorted(ranks, key=int) != [str(r) for r in range(world_size)]:
         problems.append(f"ranks traced {sorted(ranks, key=int)}, expected 0..{world_size - 1}")
@@ -66,7 +70,10 @@ def devices(trace_dir: Path, world_size: int, python: str) -> str:
     if problems:
         raise RehearsalFailure("; ".join(problems[:6]))
     layout = ", ".join(f"{len(v)} on node {i + 1}" for i, v in enumerate(per_node.values()))
-    return f"{len(ranks)} ranks, each its own CUDA_VISIBLE_DEVICES before torch ({layout})"
+    return (
+        f"{len(ranks)} ranks, each its own CUDA_VISIBLE_DEVICES before torch, then hidden "
+        f"({layout})"
+    )
 
 
 def shards(actor_dir: Path, world_size: int, contents: list[str]) -> str:

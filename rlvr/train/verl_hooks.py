@@ -40,6 +40,11 @@ The patches:
 - with ``RLVR_TRACE_DIR`` set (the CPU rehearsal): one JSON line per process recording
   ``CUDA_VISIBLE_DEVICES`` at hook time and when torch is first imported, so a rehearsal can
   prove the ordering above on every rank.
+- with ``RLVR_HIDE_GPUS=1`` (the CPU rehearsal, also on a GPU node): right after torch's first
+  import, once Ray has given the rank its (fake) GPU and the trace has recorded it,
+  ``CUDA_VISIBLE_DEVICES`` is blanked. torch reads it only when CUDA first initialises, so the
+  rank sees no GPU and takes the CPU path (``rlvr.cpu.compat``, the HF rollout) on a laptop and
+  on a GPU node alike, where the fake ids would otherwise name real GPUs.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from typing import Any
 
 CPU_COMPAT_ENV = "RLVR_CPU_COMPAT"
 TRACE_DIR_ENV = "RLVR_TRACE_DIR"
+HIDE_GPUS_ENV = "RLVR_HIDE_GPUS"
 FILE_LOGGER_PATH_ENV = "VERL_FILE_LOGGER_PATH"  # read by verl's FileLogger
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets it
 # verl 0.6.1's FileLogger methods and their parameters; anything else is a verl we have not read.
@@ -120,6 +126,8 @@ def install() -> None:
     if os.environ.get(TRACE_DIR_ENV):
         _trace("hook")
         after_import("torch", lambda module: _trace("torch_imported"))
+    if os.environ.get(HIDE_GPUS_ENV) == "1":
+        after_import("torch", lambda module: _hide_gpus())
     after_import("verl.trainer.ppo.ray_trainer", _wrap_fit)
     after_import("verl.utils.tracking", _fix_file_logger)
     after_import("verl.utils.tracking", _report_at_last_step)
@@ -132,6 +140,13 @@ def _install_cpu_compat() -> None:
     from rlvr.cpu import compat as cpu_compat
 
     cpu_compat.install()
+
+
+def _hide_gpus() -> None:
+    """After the trace recorded Ray's assignment: no GPU for torch in this process."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if os.environ.get(TRACE_DIR_ENV):
+        _trace("gpus_hidden")
 
 
 def _trace(event: str) -> None:
