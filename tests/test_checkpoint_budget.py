@@ -44,6 +44,21 @@ def test_full_fine_tuning_bytes(tmp_path: Path) -> None:
     assert budget.directory == tmp_path.resolve() / "artifacts/checkpoints/countdown_qwen3_4b"
 
 
+def test_hsdp_replicas_each_save_the_sharded_state(tmp_path: Path) -> None:
+    """2 nodes x 8 with fsdp_size 8: a (2, 8) mesh whose two replicas both write model and
+    optimizer shards; rank 0 alone writes hf_model."""
+    budget = estimate(compose("countdown_qwen3_4b_2nodes", SCHEDULE, root=tmp_path))
+    # 2 replicas x (fp32 shards 4 + AdamW 8) + fp32 hf_model 4 = 28 bytes per parameter
+    assert budget.per_checkpoint == 28 * QWEN3_4B == 112_629_106_688
+    assert budget.replicas == 2 and "each of 2 HSDP replicas" in budget.line()
+    one_mesh = compose(
+        "countdown_qwen3_4b_2nodes",
+        [*SCHEDULE, "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+        root=tmp_path,
+    )
+    assert estimate(one_mesh).per_checkpoint == 16 * QWEN3_4B  # sharded over all 16: one copy
+
+
 @pytest.mark.parametrize(
     ("contents", "per_checkpoint"),
     [

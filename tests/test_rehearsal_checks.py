@@ -192,3 +192,48 @@ def test_same_step_one_across_topologies(tmp_path: Path) -> None:
             checks.same_step_one(run, reference)
     with pytest.raises(checks.RehearsalFailure, match="no step 1 logged"):
         checks.same_step_one(tmp_path / "missing.jsonl", reference)
+
+
+def _fake_checkpoint(actor: Path, model_dir: Path, world: int, copies: int) -> int:
+    """Shards as verl writes them for a model of the tiny one's size (``copies`` of the sharded
+    state: 2 under HSDP with two replicas), and its weights under huggingface/."""
+    import shutil
+
+    import torch
+
+    from rlvr.train.checkpoint_budget import safetensors_size
+
+    size = safetensors_size(model_dir)
+    assert size is not None
+    per_rank = -(-size.parameters * copies // world)
+    (actor / "huggingface").mkdir(parents=True)
+    shutil.copy(model_dir / "model.safetensors", actor / "huggingface")
+    for rank in range(world):
+        weight = torch.zeros(per_rank)
+        # tied weights: one storage under two names, saved once
+        torch.save(
+            {"embed": weight, "lm_head": weight}, actor / f"model_world_size_{world}_rank_{rank}.pt"
+        )
+        moments = {"exp_avg": torch.zeros(per_rank), "exp_avg_sq": torch.zeros(per_rank)}
+        torch.save({"state": {0: moments}}, actor / f"optim_world_size_{world}_rank_{rank}.pt")
+    return size.parameters
+
+
+@pytest.mark.parametrize(("copies", "passes"), [(1, True), (2, False)])
+def test_checkpoint_bytes_against_the_budget(
+    tiny_model_dir: Path, tmp_path: Path, copies: int, passes: bool
+) -> None:
+    """One copy of the sharded state matches a 1-node budget (16 bytes a parameter); a second
+    replica's shards, unbudgeted, are caught (negative control)."""
+    from rlvr.train.config import compose
+
+    config = compose(
+        "countdown_qwen3_4b", ["+rehearsal=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+    )
+    params = _fake_checkpoint(tmp_path / "actor", tiny_model_dir, 8, copies)
+    if passes:
+        line = checks.checkpoint_bytes(tmp_path / "actor", config)
+        assert f"{16 * params:,} budgeted" in line
+    else:
+        with pytest.raises(checks.RehearsalFailure, match="disk budget is wrong"):
+            checks.checkpoint_bytes(tmp_path / "actor", config)

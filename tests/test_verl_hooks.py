@@ -154,12 +154,13 @@ def test_rehearsal_hides_the_gpu_ray_assigned_once_traced(tmp_path: Path, hide: 
         assert seen["count"] == 0
 
 
-def test_rehearsal_launches_hide_the_gpus(tmp_path: Path) -> None:
+def test_rehearsal_launches_hide_the_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rlvr.train.rehearsal_launch import _env
     from rlvr.train.rehearsal_plan import make_plan
 
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a user's own choice on a GPU node
     env = _env(make_plan("countdown_qwen3_4b", tmp_path, 8))
-    assert (env["CUDA_VISIBLE_DEVICES"], env["RLVR_HIDE_GPUS"]) == ("", "1")
+    assert env["RLVR_HIDE_GPUS"] == "1" and "CUDA_VISIBLE_DEVICES" not in env
 
 
 # What verl 0.6.1 logs on a CPU training step, by type: trainer.balance_batch's

@@ -9,7 +9,11 @@ Mirrors verl 0.6.1 (FSDP strategy):
   next, so at most ``max_actor_ckpt_to_keep`` exist at once; None or <= 0 keeps all.
 - bytes: each rank ``torch.save``s its model shard and optimizer state (params are
   ``fsdp_config.model_dtype``, fp32 by default; AdamW keeps two moments of that dtype per
-  trainable param); ``hf_model`` adds a full copy in the same dtype; LoRA adds
+  trainable param). With ``0 < fsdp_size < world`` verl builds a 2-D (HSDP) mesh,
+  ``(world // fsdp_size, fsdp_size)`` (``create_device_mesh`` in fsdp_workers.py): every
+  replica holds and saves the whole sharded state, so shards count once per replica (the
+  2-node experiment writes two copies). ``hf_model`` (rank 0 only) adds one full copy in the
+  same dtype; LoRA adds
   ``lora_adapter/`` (fsdp_workers.save_checkpoint) while the shards still hold the full base,
   and after the run rlvr.train.lora_merge adds a merged model to each kept LoRA checkpoint.
 Ignored as small: extra state (scheduler, RNG), tokenizer, config and the dataloader's data.pt.
@@ -52,6 +56,7 @@ class Budget:
     per_checkpoint: int | None  # bytes; None: parameter count unknown
     merged: int  # bytes of the LoRA post-run merged model, one per kept checkpoint
     warnings: list[str] = field(default_factory=list)
+    replicas: int = 1  # HSDP copies of the sharded state, each saved
 
     @property
     def needed(self) -> int | None:
@@ -64,6 +69,8 @@ class Budget:
         kept = "?" if self.kept is None else str(self.kept)
         per = "? B" if self.per_checkpoint is None else human(self.per_checkpoint + self.merged)
         merged = f" (incl. {human(self.merged)} merged model)" if self.merged else ""
+        if self.replicas > 1:
+            merged += f" (shards saved by each of {self.replicas} HSDP replicas)"
         total = "?" if self.needed is None else human(self.needed)
         return (
             f"checkpoints: {kept} kept x {per}{merged} = {total} under {self.directory} "
@@ -167,6 +174,13 @@ def lora_rank(config: Any) -> int:
     return int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
 
 
+def replicas(config: Any) -> int:
+    """Copies of the sharded actor state: ``world // fsdp_size`` under HSDP, else 1."""
+    world = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    shard = int(config.actor_rollout_ref.actor.fsdp_config.get("fsdp_size", -1) or -1)
+    return world // shard if 0 < shard < world else 1
+
+
 def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:
     """Bytes of one actor checkpoint (all ranks together), and warnings on what is guessed."""
     actor = config.actor_rollout_ref.actor
@@ -183,11 +197,12 @@ def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:
             lora = rank * size.lora_params_per_rank
     total = size.parameters + lora
     trainable = lora if rank > 0 else size.parameters
-    per = 0
+    sharded = 0
     if "model" in contents:
-        per += width * total  # the shards hold the frozen base too
+        sharded += width * total  # the shards hold the frozen base too
     if "optimizer" in contents:
-        per += 2 * width * trainable  # AdamW: exp_avg and exp_avg_sq
+        sharded += 2 * width * trainable  # AdamW: exp_avg and exp_avg_sq
+    per = sharded * replicas(config)
     if "hf_model" in contents:
         per += width * total
     if rank > 0:
@@ -246,6 +261,7 @@ def estimate(config: Any) -> Budget:
         )
         return budget
     budget.per_checkpoint, warnings = checkpoint_bytes(config, size)
+    budget.replicas = replicas(config)
     budget.merged = merged_bytes(config, size)
     budget.warnings.extend(warnings)
     return budget

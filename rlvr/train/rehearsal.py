@@ -85,6 +85,7 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         world, actor = plan.world_size, plan.actor_dir
         runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
         runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
+        runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, _config(plan)))
         lora_dir = actor / "lora_adapter" if plan.lora else None
         runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
         wandb_dir = plan.out / "logs/wandb"
@@ -113,13 +114,17 @@ def _cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
     return ("cleanup", "FAIL" if left else "ok", detail)
 
 
-def _gradient_scale(plan: Plan) -> str:
-    """Before any launch: a wrong gradient scale runs without an error, so catch it first."""
+def _config(plan: Plan) -> Any:
+    """The config the rehearsal's launches compose."""
     from rlvr.train.config import compose
 
-    config = compose(plan.experiment, plan.overrides)
+    return compose(plan.experiment, plan.overrides)
+
+
+def _gradient_scale(plan: Plan) -> str:
+    """Before any launch: a wrong gradient scale runs without an error, so catch it first."""
     worlds = [plan.real_world_size, plan.world_size]
-    return checks.gradient_scale(config, plan.out / "models/tiny", worlds)
+    return checks.gradient_scale(_config(plan), plan.out / "models/tiny", worlds)
 
 
 def _resumed(plan: Plan, known: set[Path]) -> str:

@@ -91,6 +91,76 @@ def shards(actor_dir: Path, world_size: int, contents: list[str]) -> str:
     return f"{world_size} ranks x {len([k for k in kinds if k in contents])} shard files"
 
 
+BUDGET_TOLERANCE = 0.10
+
+
+def _tensor_bytes(obj: Any, seen: set[int]) -> int:
+    """Bytes of the tensor storages in ``obj`` (DTensors by their local shard), each storage
+    once, as ``torch.save`` writes them (tied weights share one)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(obj, DTensor):
+        obj = obj.to_local()
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return int(storage.nbytes())
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(value, seen) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(value, seen) for value in obj)
+    return 0
+
+
+def written_bytes(actor_dir: Path) -> int:
+    """The tensor bytes one checkpoint holds: every rank's model and optimizer shards, and the
+    weights under huggingface/ and lora_adapter/. Pickle and safetensors headers, extra state,
+    tokenizer and config files are left out, as the budget formula leaves them out (on the tiny
+    model they would be a third of the files; on a 4B model, noise)."""
+    import torch
+
+    from rlvr.common.files import read_safetensors_header
+
+    total = 0
+    for path in sorted(actor_dir.glob("model_world_size_*.pt")) + sorted(
+        actor_dir.glob("optim_world_size_*.pt")
+    ):
+        total += _tensor_bytes(torch.load(path, map_location="cpu", weights_only=False), set())
+    for folder in ("huggingface", "lora_adapter"):
+        for path in sorted((actor_dir / folder).glob("*.safetensors")):
+            header = read_safetensors_header(path)
+            total += sum(
+                end - start
+                for name, tensor in header.items()
+                if name != "__metadata__"
+                for start, end in [tensor["data_offsets"]]
+            )
+    return total
+
+
+def checkpoint_bytes(actor_dir: Path, config: Any) -> str:
+    """The bytes one checkpoint wrote match pre-flight's budget for the same config and model
+    (``rlvr.train.checkpoint_budget``, HSDP replicas included) within 10%."""
+    from rlvr.train import checkpoint_budget as budget
+
+    size = budget.model_size(config)
+    if size is None:
+        raise RehearsalFailure("checkpoint bytes: the model's size is unknown to the budget")
+    expected = budget.checkpoint_bytes(config, size)[0] + budget.merged_bytes(config, size)
+    measured = written_bytes(actor_dir)
+    ratio = measured / expected if expected else float("inf")
+    line = (
+        f"{measured:,} bytes written, {expected:,} budgeted (x{budget.replicas(config)} "
+        f"replicas), ratio {ratio:.3f}"
+    )
+    if abs(ratio - 1) > BUDGET_TOLERANCE:
+        raise RehearsalFailure(f"checkpoint bytes: {line}; pre-flight's disk budget is wrong")
+    return line
+
+
 def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     """``actor/huggingface`` loads with zero missing/unexpected/mismatched keys; for LoRA it equals
     base + adapter merged by PEFT."""

@@ -70,10 +70,11 @@ def _env(plan: Plan, trace: Path | None = None, address: str | None = None) -> d
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
     env |= {"RLVR_LOG_DIR": str(plan.out / "logs"), "WANDB_MODE": "offline"}
     env |= {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
-    # CPU only, also on a GPU node: nothing the rehearsal starts sees a GPU (the launcher, the
-    # driver, Ray's daemons), and each rank blanks the fake id Ray gives it once the trace has it
-    # (rlvr.train.verl_hooks): on a GPU node those ids would name real GPUs.
-    env |= {"CUDA_VISIBLE_DEVICES": "", "RLVR_HIDE_GPUS": "1"}
+    # CPU only, also on a GPU node: every Ray worker blanks the fake GPU id Ray gives it once the
+    # trace has it (rlvr.train.verl_hooks), as on a GPU node those ids name real GPUs. Ray must
+    # not see CUDA_VISIBLE_DEVICES itself: it refuses fake GPUs beyond the ids listed there.
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["RLVR_HIDE_GPUS"] = "1"
     if trace is not None:
         trace.mkdir(parents=True, exist_ok=True)
         env["RLVR_TRACE_DIR"] = str(trace)
