@@ -67,6 +67,7 @@ OWNERS = {
     "hardware": (
         "trainer.n_gpus_per_node",
         "trainer.nnodes",
+        "actor_rollout_ref.nccl_timeout",
         "hardware_lora",
         "data.dataloader_num_workers",
         "actor_rollout_ref.model.enable_gradient_checkpointing",
@@ -398,3 +399,9 @@ def test_cpu_workers_keep_freed_memory_for_reuse() -> None:
     assert env_vars.RLVR_CPU_COMPAT == "1"  # the rehearsal overlay's, kept beside it
     reused, control = _page_faults_refilling(env_vars.GLIBC_TUNABLES), _page_faults_refilling(None)
     assert reused < 2_000 and control > 40_000, (reused, control)
+
+
+def test_two_nodes_wait_out_rank_zeros_hf_model_save() -> None:
+    """Rank 0 writes the fp32 hf_model alone while 15 ranks wait: verl's 600 s is tripled."""
+    assert compose("countdown_qwen3_4b_2nodes").actor_rollout_ref.nccl_timeout == 1800
+    assert compose("countdown_qwen3_4b").actor_rollout_ref.nccl_timeout == 600
