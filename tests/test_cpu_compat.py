@@ -405,7 +405,7 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Repeated prompts (prefilled once, left padding trimmed) sample what plain ``generate``
-    samples with the same seed, the output keeps verl's widths, and ``rollout_log_probs`` and the
+    samples with the same seed (the rollout's own, per rank and call), the output keeps verl's widths, and ``rollout_log_probs`` and the
     entropies equal a recompute as verl's actor does it (``log_softmax(logits / T)``)."""
     import numpy as np
     import torch
@@ -414,7 +414,7 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
     from rlvr.cpu import compat as cpu_compat
-    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY, sampling_seed
     from rlvr.models.tiny import build_model
 
     monkeypatch.setattr(torch, "autocast", torch.autocast)
@@ -431,9 +431,10 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
         non_tensors={"dummy": np.zeros(4)},
         meta_info={"eos_token_id": 2, "pad_token_id": 0},
     )
-    torch.manual_seed(0)
+    before = torch.get_rng_state()
     out = rollout.generate_sequences(prompts)
-    torch.manual_seed(0)
+    assert torch.equal(torch.get_rng_state(), before)  # its own stream: the global one untouched
+    torch.manual_seed(sampling_seed(rank=0, call=1))  # the stream the rollout sampled from
     model = AutoModelForCausalLM.from_pretrained(path)
     kwargs = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 0.8}
     plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10,

@@ -520,6 +520,7 @@ def test_cli_checks_every_point_before_running(
     code, _, err = sweep(
         "--experiment=countdown_cpu",
         "--grid=data.train_batch_size=2,1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # the recipe's follows the batch
         "actor_rollout_ref.actor.use_dynamic_bsz=false",  # verl checks batches only without it
         "--dry_run",  # a check that passed by mistake must not launch anything
     )

@@ -47,6 +47,11 @@ _PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 SAMPLING_SEED = 1000  # verl seeds its vLLM/SGLang rollouts with 1000 + rank (fsdp_workers.py)
 
 
+def sampling_seed(rank: int, call: int) -> int:
+    """The seed of a rank's ``call``-th generation (1-based)."""
+    return SAMPLING_SEED + 100_003 * rank + call
+
+
 def _without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(generate)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -162,7 +167,7 @@ class HFSyncRollout(HFRollout):
         self._calls += 1
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(SAMPLING_SEED + 100_003 * rank + self._calls)
+            torch.manual_seed(sampling_seed(rank, self._calls))
             output = super().generate_sequences(prompts)
         self.module.eval()  # HFRollout flips the module back to train mode after generating
         return output
