@@ -171,6 +171,22 @@ def chat_prompt(user: str, system: str | None = None) -> list[dict[str, str]]:
     return messages
 
 
+def sft_columns(prompt: list[dict[str, str]], response: str, where: str) -> dict[str, str]:
+    """The columns verl 0.6.1's SFTDataset reads (``data.prompt_key``, ``data.response_key``).
+
+    It wraps the prompt text in one user message and applies the chat template, as RLHFDataset
+    does with the GRPO row's message list, so the two render the same tokens only when that list
+    is exactly one user message (tests/test_sft.py compares them token for token).
+    """
+    if len(prompt) != 1 or prompt[0].get("role") != "user":
+        roles = [message.get("role") for message in prompt]
+        raise DataPrepError(
+            f"{where}: SFT data needs a prompt of one user message (verl's SFTDataset renders "
+            f"only that), this one has {roles}; choose another template"
+        )
+    return {"sft_prompt": prompt[0]["content"], "sft_response": response}
+
+
 def check_destination(
     local_dir: str | os.PathLike[str], splits: Iterable[str] = SPLIT_NAMES
 ) -> Path:

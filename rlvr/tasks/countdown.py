@@ -20,6 +20,7 @@ from rlvr.data.prep import (
     chat_prompt,
     check_destination,
     load_source,
+    sft_columns,
     split_options,
     write_splits,
 )
@@ -40,7 +41,7 @@ from rlvr.tasks.spec import HackingPattern, TaskSpec
 
 DATA_SOURCE = "countdown"
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
-TEMPLATES = ("chat", "think", "fewshot")
+TEMPLATES = ("chat", "plain", "think", "fewshot")
 #: Most tasks one run generates (about 90 s on 2 cores); a typo'd size fails at once.
 MAX_GENERATED = 1_000_000
 SYSTEM_PROMPT = (
@@ -53,6 +54,8 @@ def build_prompt(puzzle: Puzzle, template: str) -> list[dict[str, str]]:
     text = contract.task_text(puzzle.numbers, puzzle.target)
     if template == "chat":
         return chat_prompt(text, SYSTEM_PROMPT)
+    if template == "plain":
+        return chat_prompt(text)
     if template == "think":
         return chat_prompt(f"{text} {contract.THINK_INSTRUCTION}")
     if template == "fewshot":
@@ -60,12 +63,28 @@ def build_prompt(puzzle: Puzzle, template: str) -> list[dict[str, str]]:
     raise DataPrepError(f"--template {template!r}: choose one of {TEMPLATES}")
 
 
-def to_row(puzzle: Puzzle, split: str, index: int, template: str, source: str) -> dict[str, Any]:
-    """One verl RLHFDataset row; ``reward_model.ground_truth`` is what the reward reads."""
+def sft_response(puzzle: Puzzle) -> str:
+    """The SFT target: the puzzle's known solution in the contract's answer format."""
+    if not puzzle.solution:
+        raise DataPrepError(
+            f"--sft: task {puzzle.source_index} has no known solution; generate tasks or pass "
+            "--require_solvable"
+        )
+    return f"{contract.ANSWER_OPEN}{puzzle.solution}{contract.ANSWER_CLOSE}"
+
+
+def to_row(
+    puzzle: Puzzle, split: str, index: int, template: str, source: str, sft: bool = False
+) -> dict[str, Any]:
+    """One verl RLHFDataset row; ``reward_model.ground_truth`` is what the reward reads. With
+    ``sft``, also the columns verl's SFTDataset reads (``rlvr.data.prep.sft_columns``)."""
     numbers = [int(n) for n in puzzle.numbers]
+    prompt = build_prompt(puzzle, template)
+    extra = sft_columns(prompt, sft_response(puzzle), f"--template {template}") if sft else {}
     return {
+        **extra,
         "data_source": DATA_SOURCE,
-        "prompt": build_prompt(puzzle, template),
+        "prompt": prompt,
         "ability": "math",
         "reward_model": {
             "style": "rule",
@@ -156,6 +175,7 @@ def prepare(
     generator: GeneratorSpec | None = None,
     require_solvable: bool = False,
     generated_train_default: int = 10_000,
+    sft: bool = False,
 ) -> PrepResult:
     """Load or generate puzzles, split them, and write ``train/test.parquet`` atomically."""
     if template not in TEMPLATES:
@@ -177,7 +197,7 @@ def prepare(
     report.dropped_unsolvable = dropped_unsolvable
     report.dropped_unverified = dropped_unverified
     rows = {
-        split: [to_row(p, split, i, template, source_name) for i, p in enumerate(chosen)]
+        split: [to_row(p, split, i, template, source_name, sft) for i, p in enumerate(chosen)]
         for split, chosen in (("train", report.train), ("test", report.test))
     }
     paths = write_splits(local_dir, rows)
@@ -213,8 +233,8 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
         "--template",
         default="chat",
         choices=TEMPLATES,
-        help="chat: system+user for instruct models; think: reason in <think> first "
-        "(Qwen3-style); fewshot: the seed's worked example prepended",
+        help="chat: system+user for instruct models; plain: the task alone as the user message; "
+        "think: reason in <think> first (Qwen3-style); fewshot: a worked example prepended",
     )
     add_split_arguments(
         parser,
@@ -232,6 +252,13 @@ def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
         f"to {MAX_SOLVE_NUMBERS} numbers; a search past {SOLVER_BUDGET:,} steps is dropped as "
         "unverified)",
     )
+    add(
+        "--sft",
+        action="store_true",
+        help="also write the columns verl's SFT trainer reads (sft_prompt: the prompt as GRPO "
+        "renders it; sft_response: the known solution in <answer> tags); a one-message template "
+        "(plain, think, fewshot)",
+    )
 
 
 def prepare_from_args(args: argparse.Namespace) -> PrepResult:
@@ -243,6 +270,7 @@ def prepare_from_args(args: argparse.Namespace) -> PrepResult:
         template=args.template,
         generator=generator,
         require_solvable=args.require_solvable,
+        sft=args.sft,
         **split_options(args),
     )
 

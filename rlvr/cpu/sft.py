@@ -1,0 +1,130 @@
+"""Run verl 0.6.1's own SFT trainer (``verl.trainer.fsdp_sft_trainer``) on a machine without GPUs.
+
+``rlvr.train.sft`` calls ``install()`` before handing over to verl's ``main``; every fix is
+skipped when CUDA is available, so the same entry point trains on GPUs unchanged. The process
+group, device-function and autocast fixes are the GRPO ones (``rlvr.cpu.compat``); the SFT
+trainer needs two more, because it hard-codes what the GRPO workers read from the config:
+
+- ``_sdpa_attention``: ``FlashAttention2 has been toggled on, but it cannot be used`` (the
+  trainer asks ``from_pretrained`` for ``attn_implementation="flash_attention_2"``); SDPA
+  computes the same attention, as the GRPO CPU path uses (``rehearsal/cpu.yaml``).
+- ``_no_pinned_batches``: ``Found no NVIDIA driver`` at the first batch (the trainer's data
+  loaders pin memory for the device, which is CUDA's; on CPU there is nothing to pin for).
+- ``_sft_threads``: torchrun starts each rank with ``OMP_NUM_THREADS=1`` when it starts several;
+  each rank takes its share of the cores instead (``RLVR_CPU_THREADS`` overrides).
+- ``_fp32_fsdp2``: FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16)`` is fixed in the
+  trainer; on CPU bf16 matmuls are several times slower than fp32 (no AMX), and fp32 is what the
+  GRPO CPU path trains in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_installed = False
+
+
+def install() -> list[str]:
+    """Apply every fix once per process when CUDA is absent; return the names applied."""
+    from rlvr.cpu import compat
+
+    global _installed
+    if _installed or compat.cuda_available():
+        return []
+    fixes = (
+        compat._gloo_process_groups,
+        compat._cpu_device_functions,
+        compat._no_cpu_autocast,
+        _sdpa_attention,
+        _no_pinned_batches,
+        _fp32_fsdp2,
+        _sft_threads,
+    )
+    for fix in fixes:
+        fix()
+    _installed = True
+    return [fix.__name__.lstrip("_") for fix in fixes]
+
+
+def _require_source(function: Any, text: str) -> None:
+    """Refuse to patch a verl 0.6.1 method that no longer holds the line a fix replaces."""
+    if text not in inspect.getsource(function):
+        raise RuntimeError(
+            f"rlvr.cpu.sft: {function.__qualname__} no longer contains {text!r} (verl 0.6.1's "
+            "line); update rlvr/cpu/sft.py for this verl"
+        )
+
+
+def _sdpa_attention() -> None:
+    """``attn_implementation="flash_attention_2"`` in ``_build_model_optimizer`` -> ``"sdpa"``."""
+    from verl.trainer import fsdp_sft_trainer
+
+    _require_source(
+        fsdp_sft_trainer.FSDPSFTTrainer._build_model_optimizer,
+        'attn_implementation="flash_attention_2"',
+    )
+    auto_model = fsdp_sft_trainer.AutoModelForCausalLM
+    if getattr(auto_model, "_rlvr_cpu", False):
+        return
+
+    class AutoModelForCausalLM(auto_model):  # type: ignore[misc,valid-type]
+        _rlvr_cpu = True
+
+        @classmethod
+        def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("attn_implementation") == "flash_attention_2":
+                kwargs["attn_implementation"] = "sdpa"
+            return auto_model.from_pretrained(*args, **kwargs)
+
+    fsdp_sft_trainer.AutoModelForCausalLM = AutoModelForCausalLM  # type: ignore[misc]
+
+
+def _fp32_fsdp2() -> None:
+    """``MixedPrecisionPolicy(param_dtype=torch.bfloat16, ...)`` -> fp32 parameters."""
+    import torch
+    from verl.trainer import fsdp_sft_trainer
+
+    _require_source(
+        fsdp_sft_trainer.FSDPSFTTrainer._build_model_optimizer, "param_dtype=torch.bfloat16"
+    )
+    policy = fsdp_sft_trainer.MixedPrecisionPolicy
+    if getattr(policy, "_rlvr_cpu", False):
+        return
+
+    def fp32_policy(*args: Any, **kwargs: Any) -> Any:
+        kwargs["param_dtype"] = torch.float32
+        return policy(*args, **kwargs)
+
+    fp32_policy._rlvr_cpu = True  # type: ignore[attr-defined]
+    fsdp_sft_trainer.MixedPrecisionPolicy = fp32_policy  # type: ignore[misc,assignment]
+
+
+def _no_pinned_batches() -> None:
+    """``StatefulDataLoader(..., pin_memory=True, pin_memory_device=device_name)`` -> unpinned."""
+    from verl.trainer import fsdp_sft_trainer
+
+    _require_source(fsdp_sft_trainer.FSDPSFTTrainer._build_dataloader, "pin_memory=True")
+    loader = fsdp_sft_trainer.StatefulDataLoader
+    if getattr(loader, "_rlvr_cpu", False):
+        return
+
+    class StatefulDataLoader(loader):  # type: ignore[misc,valid-type]
+        _rlvr_cpu = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["pin_memory"] = False
+            kwargs.pop("pin_memory_device", None)
+            super().__init__(*args, **kwargs)
+
+    fsdp_sft_trainer.StatefulDataLoader = StatefulDataLoader
+
+
+def _sft_threads() -> None:
+    import os
+
+    import torch
+
+    from rlvr.cpu.compat import cpu_threads
+
+    torch.set_num_threads(cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
