@@ -129,11 +129,19 @@ def install() -> None:
     if os.environ.get(HIDE_GPUS_ENV) == "1":
         after_import("torch", lambda module: _hide_gpus())
     after_import("verl.trainer.ppo.ray_trainer", _wrap_fit)
+    # objective options verl's registry serves (algorithm.adv_estimator: grpo_drop_constant)
+    after_import("verl.trainer.ppo.ray_trainer", lambda module: _register_estimators())
     after_import("verl.utils.tracking", _fix_file_logger)
     after_import("verl.utils.tracking", _report_at_last_step)
     if os.environ.get(CPU_COMPAT_ENV) == "1":
         # verl's package import pulls in torch; the CPU fixes patch both.
         after_import("verl", lambda module: _install_cpu_compat())
+
+
+def _register_estimators() -> None:
+    from rlvr.train import advantages
+
+    advantages.register()
 
 
 def _install_cpu_compat() -> None:

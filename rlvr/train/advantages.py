@@ -1,0 +1,77 @@
+"""Advantage estimators the objective presets can name (``algorithm.adv_estimator``), registered
+with verl 0.6.1's own registry (``core_algos.register_adv_est``) by the setup hook.
+
+``grpo_drop_constant``: GRPO's advantages (verl's ``compute_grpo_outcome_advantage``), with the
+groups whose responses all scored alike dropped from the policy update: the TuFT Countdown
+guide's "if sigma is ~0, the prompt is skipped" (https://github.com/agentscope-ai/TuFT) and
+tinker-cookbook's ``remove_constant_reward_groups``. Such a group's advantages are already 0,
+but under ``token-mean`` its tokens still count in the loss's denominator (and in the KL and
+entropy terms), shrinking every other group's weight by the share of agreeing groups. verl's
+main trainer cannot drop rows (``filter_groups`` is recipe/dapo's); this estimator zeroes the
+dropped rows' ``response_mask`` instead, which every term of the actor's loss is masked and
+averaged by. verl 0.6.1 hands a registered estimator the batch's own ``response_mask`` tensor
+(``ray_trainer.compute_advantage``: ``"response_mask": data.batch["response_mask"]``), so the
+mask is changed in place; ``register`` refuses a verl that no longer does that.
+Response-length metrics read the attention mask, not this one, so they still count every row.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+DROP_CONSTANT = "grpo_drop_constant"
+#: Scores closer than this are alike (rewards are sums of a few floats).
+ALIKE = 1e-6
+_PASSES_BATCH_MASK = '"response_mask": data.batch["response_mask"]'
+
+
+def varied_groups(scores: Any, index: Any) -> Any:
+    """1.0 for each row whose group (same ``index``) has scores that differ, else 0.0."""
+    import torch
+
+    keep = torch.zeros_like(scores)
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(index):
+        groups.setdefault(uid, []).append(row)
+    for rows in groups.values():
+        values = scores[rows]
+        if len(rows) > 1 and float(values.max() - values.min()) > ALIKE:
+            keep[rows] = 1.0
+    return keep
+
+
+def grpo_drop_constant(
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """verl's GRPO advantages; rows of constant groups get advantage 0 and a zero mask."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    advantages, returns = compute_grpo_outcome_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        norm_adv_by_std_in_grpo=norm_by_std,
+    )
+    keep = varied_groups(token_level_rewards.sum(dim=-1), index).unsqueeze(-1)
+    response_mask.mul_(keep.to(response_mask.dtype))  # in place: the batch's own mask
+    return advantages * keep, returns * keep
+
+
+def register() -> None:
+    """Register the estimators with verl (idempotent); refuse a verl that would not see the
+    dropped rows' mask (see the module docstring)."""
+    from verl.trainer.ppo import core_algos, ray_trainer
+
+    if _PASSES_BATCH_MASK not in inspect.getsource(ray_trainer.compute_advantage):
+        raise RuntimeError(
+            f"rlvr.train.advantages: verl's compute_advantage no longer passes "
+            f"{_PASSES_BATCH_MASK}; {DROP_CONSTANT} cannot drop groups with this verl"
+        )
+    if core_algos.ADV_ESTIMATOR_REGISTRY.get(DROP_CONSTANT) is not grpo_drop_constant:
+        core_algos.register_adv_est(DROP_CONSTANT)(grpo_drop_constant)
