@@ -84,7 +84,24 @@ def test_register_refuses_a_verl_that_copies_the_mask(monkeypatch: pytest.Monkey
     from verl.trainer.ppo import core_algos
 
     advantages.register()
-    assert core_algos.get_adv_estimator_fn(advantages.DROP_CONSTANT) is advantages.grpo_drop_constant
+    assert (
+        core_algos.get_adv_estimator_fn(advantages.DROP_CONSTANT) is advantages.grpo_drop_constant
+    )
     monkeypatch.setattr(advantages, "_PASSES_BATCH_MASK", "a line verl does not have")
     with pytest.raises(RuntimeError, match="cannot drop groups"):
         advantages.register()
+
+
+def test_a_batch_where_every_group_agrees_is_left_whole() -> None:
+    """Zeroing every row's mask made verl's compute_data_metrics fail on an empty selection
+    (a 4-group CPU batch where all groups agreed, step 8): such a batch keeps its mask."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    rewards, mask = _batch()
+    rewards, mask, index = rewards[4:], mask[4:], INDEX[4:]  # the two constant groups
+    before = mask.clone()
+    adv, _ = advantages.grpo_drop_constant(rewards, mask, index)
+    assert torch.equal(mask, before)
+    torch.testing.assert_close(adv, compute_grpo_outcome_advantage(rewards, before, index)[0])
+    valid = torch.masked_select(adv, mask.bool())
+    assert valid.numel() > 0  # what compute_data_metrics reduces with torch.max

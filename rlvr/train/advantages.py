@@ -13,6 +13,7 @@ averaged by. verl 0.6.1 hands a registered estimator the batch's own ``response_
 (``ray_trainer.compute_advantage``: ``"response_mask": data.batch["response_mask"]``), so the
 mask is changed in place; ``register`` refuses a verl that no longer does that.
 Response-length metrics read the attention mask, not this one, so they still count every row.
+A batch in which every group agrees is left whole (its advantages are 0; only the KL term acts).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def grpo_drop_constant(
         norm_adv_by_std_in_grpo=norm_by_std,
     )
     keep = varied_groups(token_level_rewards.sum(dim=-1), index).unsqueeze(-1)
+    if not keep.any():
+        # Nothing to learn from: the batch stays as it is (its advantages are all 0 already).
+        # An all-zero mask would leave verl's metrics nothing to reduce (compute_data_metrics:
+        # torch.max of no advantages raises), and the step would fail.
+        return advantages, returns
     response_mask.mul_(keep.to(response_mask.dtype))  # in place: the batch's own mask
     return advantages * keep, returns * keep
 
