@@ -28,7 +28,6 @@ Speed (docs/TRAINING.md, "CPU speed"), none of which changes what is sampled:
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,6 +38,8 @@ from verl import DataProto
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
+
+from rlvr.models.prefill import shared_prompt_cache
 
 # Per-token entropy of the rollout's sampling distribution (before top-k/top-p), for the
 # ``actor/entropy`` metric that verl 0.6.1 computes only in the old-log-prob pass.
@@ -91,8 +92,6 @@ class HFSyncRollout(HFRollout):
         self.module.eval()
         self._keep_logits = False  # set per batch: return the raw logits of every step
         self._raw_logits: tuple[torch.Tensor, ...] = ()
-        forward = inspect.signature(self.module.forward).parameters
-        self._takes_logits_to_keep = "logits_to_keep" in forward
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}
         self._calls = 0  # generate_sequences calls: with the rank, the sampling seed
@@ -230,37 +229,10 @@ class HFSyncRollout(HFRollout):
         if self._keep_logits:
             kwargs["output_logits"] = True
             kwargs["return_dict_in_generate"] = True
-        cache = self._shared_prompt_cache(kwargs["input_ids"], kwargs["attention_mask"])
+        cache = shared_prompt_cache(self.module, kwargs["input_ids"], kwargs["attention_mask"])
         if cache is not None:
             kwargs["past_key_values"] = cache
         output = self._generate(**kwargs)
         if self._keep_logits:
             self._raw_logits = tuple(output.logits)
         return output
-
-    def _shared_prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
-        """The KV cache of every prompt but its last token, computed once per distinct prompt and
-        copied to each row; None when no prompt repeats."""
-        width = input_ids.size(1)
-        distinct, rows = torch.unique(
-            torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1),
-            dim=0,
-            return_inverse=True,
-        )
-        if width < 2 or len(distinct) == len(input_ids):
-            return None
-        ids, mask = distinct[:, : width - 1], distinct[:, width : 2 * width - 1]
-        # the positions HF's generate gives a left-padded prompt
-        positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
-        last_only = {"logits_to_keep": 1} if self._takes_logits_to_keep else {}
-        with torch.no_grad():
-            out = self.module(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **last_only,
-            )
-        cache = out.past_key_values
-        cache.batch_select_indices(rows)
-        return cache

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.model_source import ModelSource, load_failure, load_tokenizer
+from rlvr.models.prefill import shared_prompt_cache
 
 
 @dataclass
@@ -168,13 +169,17 @@ class HFBackend:
         input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for ids in prompts])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
         recorder = _RawLogprobs()
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        # n samples of a prompt share one prefill (jobs come grouped by prompt)
+        cache = shared_prompt_cache(self.model, input_ids, mask)
         with torch.no_grad():
             sequences = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=mask.to(self.device),
+                input_ids=input_ids,
+                attention_mask=mask,
                 generation_config=self._config(sampling),
                 logits_processor=LogitsProcessorList([recorder]),
                 use_model_defaults=False,
+                **({"past_key_values": cache} if cache is not None else {}),
             )
         new_tokens = sequences[:, width:]
         logprobs = recorder.finish(new_tokens)
