@@ -85,21 +85,38 @@ def test_entropy_below_the_absolute_floor_fires_even_from_a_low_start() -> None:
 # --- zero-spread groups -----------------------------------------------------------------------
 
 
+def _steps_of_four(constant_per_step: Sequence[int]) -> dict[int, list[Rollout]]:
+    """Steps of 4 groups of 4 (a CPU batch): the first ``k`` groups of a step agree."""
+    dumps = {}
+    for step, k in enumerate(constant_per_step, start=1):
+        dumps[step] = [
+            *(r for i in range(k) for r in group(step, f"s{step}p{i}", [0.1] * 4)),
+            *(r for i in range(k, 4) for r in group(step, f"s{step}p{i}", [0, 1, 0.1, 0])),
+        ]
+    return dumps
+
+
 def test_zero_spread_fires_when_most_groups_score_alike() -> None:
-    dump = [
-        *group(5, "p1", [0, 0, 0, 0]),
-        *group(5, "p2", [0.1, 0.1, 0.1, 0.1]),
-        *group(5, "p3", [1, 1, 1, 1]),
-        *group(5, "p4", [0, 1, 0.1, 0]),
-    ]
-    alarm = alarms.zero_spread_groups(records({}, rollouts={5: dump}))
-    assert alarm.status == FIRED and alarm.steps == (5,)
-    assert group_stats(dump).share == 0.75
+    dumps = _steps_of_four([3] * 8)  # 75% at every step
+    alarm = alarms.zero_spread_groups(records({}, rollouts=dumps))
+    assert alarm.status == FIRED and alarm.steps == (8,)  # the first window of 32 groups
+    assert group_stats(dumps[1]).share == 0.75 and "0.1" in alarm.detail
 
 
 def test_zero_spread_stays_quiet_when_half_the_groups_disagree() -> None:
-    dump = [*group(5, "p1", [0, 0, 0, 0]), *group(5, "p2", [0, 1, 0, 0])]
+    dump = [*(r for i in range(16) for r in group(5, f"p{i}", [0, 0, 0, 0]))]
+    dump += [*(r for i in range(16) for r in group(5, f"q{i}", [0, 1, 0, 0]))]
     assert alarms.zero_spread_groups(records({}, rollouts={5: dump})).status == OK
+
+
+def test_zero_spread_judges_small_batches_over_a_window_not_one_step() -> None:
+    """4-group steps move in quarters: a run at 40% zero spread has steps at 75% by chance. The
+    alarm judged each step alone and fired (the old rule, kept as the negative control); pooled
+    over 32 groups the run is under half."""
+    dumps = _steps_of_four([3, 1, 2, 1, 3, 1, 2, 1, 1, 1])
+    assert max(group_stats(d).share for d in dumps.values()) > alarms.ZERO_SPREAD_MAX
+    assert alarms.zero_spread_groups(records({}, rollouts=dumps)).status == OK
+    assert alarms.zero_spread_groups(records({}, rollouts={1: dumps[1]})).status == NO_DATA
 
 
 def test_zero_spread_reads_an_all_equal_batch_from_the_recorded_metrics() -> None:
@@ -110,7 +127,8 @@ def test_zero_spread_reads_an_all_equal_batch_from_the_recorded_metrics() -> Non
     assert alarm.steps == (3, 4) and "0.1" in alarm.detail
     # bench3 step 3: every response scored 0 (grad norm 0.018); its other steps are unknown
     assert alarms.zero_spread_groups(real("bench3")).steps == (3,)
-    assert alarms.zero_spread_groups(real("countdown_run")).status == OK  # dumps: at most 50%
+    # its dumps hold fewer than MIN_JUDGED_GROUPS groups in all: too few to judge
+    assert alarms.zero_spread_groups(real("countdown_run")).status == NO_DATA
 
 
 # --- response length --------------------------------------------------------------------------

@@ -13,7 +13,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rlvr.report.records import Rollout, RunRecords, group_stats, zero_spread_series
+from rlvr.report.records import (
+    MIN_JUDGED_GROUPS,
+    Rollout,
+    RunRecords,
+    group_stats,
+    judged_zero_spread,
+)
 
 SCORE = "critic/score/mean"
 ENTROPY = "actor/entropy"
@@ -121,20 +127,24 @@ def entropy_collapse(records: RunRecords) -> Alarm:
 
 def zero_spread_groups(records: RunRecords) -> Alarm:
     key, title = "zero_spread", "most groups with zero spread"
-    points = zero_spread_series(records)
+    points = judged_zero_spread(records)
     if not points:
         return Alarm(
             key,
             title,
             NO_DATA,
-            "no rollout dumps and no batch of all-equal scores",
+            f"no batch of all-equal scores, and under {MIN_JUDGED_GROUPS} groups dumped",
             figure="groups",
         )
     high = [(step, share) for step, share, _ in points if share > ZERO_SPREAD_MAX]
     if not high:
         worst = max(share for _, share, _ in points)
         return Alarm(
-            key, title, OK, f"at most {worst:.0%} of groups had zero spread", figure="groups"
+            key,
+            title,
+            OK,
+            f"at most {worst:.0%} of groups had zero spread (windows of {MIN_JUDGED_GROUPS}+)",
+            figure="groups",
         )
     scores = _constant_scores(records, [step for step, _ in high])
     return Alarm(

@@ -135,6 +135,31 @@ def zero_spread_series(records: RunRecords) -> list[tuple[int, float, str]]:
     return [(step, share, source) for step, (share, source) in sorted(points.items())]
 
 
+#: Fewest GRPO groups a zero-spread share is judged on. One step of a 4-prompt CPU batch moves in
+#: quarters (binomial s.e. 0.25 at a true share of one half), so "most groups" fired on chance
+#: steps; pooled over consecutive steps up to 32 groups the s.e. is under 0.09. A GPU step (64
+#: prompts) is judged alone, as before.
+MIN_JUDGED_GROUPS = 32
+
+
+def judged_zero_spread(records: RunRecords) -> list[tuple[int, float, str]]:
+    """``zero_spread_series`` as the alarm judges it: a dumped step's share is pooled with the
+    steps just before it until the window holds ``MIN_JUDGED_GROUPS`` groups (steps whose window
+    never does are left out); steps known from the metrics only are kept as they are."""
+    per_step = sorted((step, group_stats(r)) for step, r in records.rollouts.items())
+    pooled: dict[int, tuple[float, str]] = {}
+    for end, (step, _) in enumerate(per_step):
+        groups = zero_spread = 0
+        for _, stats in reversed(per_step[: end + 1]):
+            groups, zero_spread = groups + stats.groups, zero_spread + stats.zero_spread
+            if groups >= MIN_JUDGED_GROUPS:
+                pooled[step] = (zero_spread / groups, "rollouts")
+                break
+    metrics_only = [p for p in zero_spread_series(records) if p[0] not in records.rollouts]
+    points = {step: (share, source) for step, share, source in metrics_only} | pooled
+    return [(step, share, source) for step, (share, source) in sorted(points.items())]
+
+
 # --- reading ------------------------------------------------------------------------------------
 
 #: Parsed dump files by path, reused while (mtime, size) is unchanged (``--follow`` re-reads).
