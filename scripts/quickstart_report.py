@@ -1,13 +1,16 @@
-"""The quickstart's before/after report: greedy and sampled deltas with 95% intervals, a curve.
+"""The quickstart's report: what SFT and then GRPO changed, with 95% intervals, the run's alarms.
 
-Usage: uv run scripts/quickstart_report.py --out DIR --greedy BEFORE AFTER --sampled BEFORE AFTER
-           --metrics RUN/metrics.jsonl [--probe RUN] [--experiment NAME] [--steps N] [--seconds S]
+Usage: uv run scripts/quickstart_report.py --out DIR --greedy SFT GRPO --sampled SFT GRPO
+           --base BASE --metrics RUN/metrics.jsonl --run RUN [--probe RUN] [--experiment NAME]
+           [--steps N] [--seconds S]
 
-Each delta is paired over prompts (per-prompt mean after minus before; Student t 95% interval,
-rlvr/evaluation/paired.py); runs on different prompts or with different sampling are refused
-(exit code 2). Prints a Markdown table, writes DIR/reward_curve.png (critic/score/mean per step
-and the validation rates, from the run's metrics.jsonl: rlvr/report/curves.py) and
-DIR/quickstart_report.json with sampled_score_delta, sampled_score_delta_ci95 and seconds.
+The headline is sampled pass@1 (correct answers) of the GRPO model against the SFT model it
+started from, paired over prompts (per-prompt mean after minus before; Student t 95% interval,
+rlvr/evaluation/paired.py); greedy pass@1 and format rate beside it. SFT's own gain (the SFT
+model against the base model, sampled) is reported separately. Runs on different prompts or with
+different sampling are refused (exit code 2). Builds the GRPO run's report (RUN/report.md, its
+alarms: docs/REPORT.md) and prints its verdict; writes DIR/reward_curve.png and
+DIR/quickstart_report.json (sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
+from rlvr.report import ReportError, build
 from rlvr.report.curves import plot_reward_curve
 
 
@@ -28,17 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = docstring_parser(__doc__)
     add = parser.add_argument
     add("--out", required=True, help="folder for reward_curve.png and quickstart_report.json")
-    add("--greedy", nargs=2, required=True, metavar=("BEFORE", "AFTER"), help="reward runs")
+    add("--greedy", nargs=2, required=True, metavar=("SFT", "GRPO"), help="reward runs")
     add(
         "--sampled",
         nargs=2,
         required=True,
-        metavar=("BEFORE", "AFTER"),
+        metavar=("SFT", "GRPO"),
         help="analyse or passk runs at the training temperature, same prompts and seed",
     )
-    add("--metrics", required=True, help="the training run's metrics.jsonl")
-    add("--probe", help="the analyse run whose verdict was printed before training")
-    add("--experiment", default="", help="the training experiment (recorded)")
+    add("--base", required=True, help="the base model's sampled run (SFT's own gain)")
+    add("--metrics", required=True, help="the GRPO run's metrics.jsonl")
+    add("--run", required=True, help="the GRPO run folder (its report and alarms)")
+    add("--probe", help="the analyse run whose verdict was printed before GRPO")
+    add("--experiment", default="", help="the GRPO experiment (recorded)")
     add("--steps", type=int, default=0, help="GRPO steps trained (recorded)")
     add("--seconds", type=int, default=0, help="wall time so far (recorded)")
     return parser
@@ -49,24 +55,47 @@ def _sampling_note(run: str) -> str:
     return f"n={sampling.get('n')}, temperature={sampling.get('temperature')}"
 
 
-def report_table(greedy: list[PairedDelta], sampled: list[PairedDelta], sampled_run: str) -> str:
+def _by_part(deltas: list[PairedDelta]) -> dict[str, PairedDelta]:
+    return {d.part: d for d in deltas}
+
+
+def report_table(
+    greedy: list[PairedDelta], sampled: list[PairedDelta], sft: list[PairedDelta], run: str
+) -> str:
     prompts = greedy[0].interval.n
+    ordered = [_by_part(sampled)["success"], *(d for d in sampled if d.part != "success")]
     lines = [
-        f"| metric ({prompts} prompts) | before | after | delta | 95% CI (paired over prompts) |",
-        "|---|---|---|---|---|",
-        *deltas_markdown(greedy, "greedy"),
-        *deltas_markdown(sampled, "sampled"),
+        f"GRPO model vs the SFT model it started from ({prompts} held-out prompts):",
         "",
-        f"sampled: {_sampling_note(sampled_run)} per prompt; * = the interval excludes zero",
+        "| metric | SFT | GRPO | delta | 95% CI (paired over prompts) |",
+        "|---|---|---|---|---|",
+        *deltas_markdown(ordered, "sampled"),
+        *deltas_markdown(greedy, "greedy"),
+        "",
+        "SFT's own gain (SFT model vs the base model, sampled):",
+        "",
+        "| metric | base | SFT | delta | 95% CI (paired over prompts) |",
+        "|---|---|---|---|---|",
+        *deltas_markdown(sft, "sampled"),
+        "",
+        f"sampled: {_sampling_note(run)} per prompt; * = the interval excludes zero",
     ]
     return "\n".join(lines)
 
 
+def _interval(delta: PairedDelta) -> dict[str, object]:
+    ci = delta.interval
+    return {"delta": ci.mean, "ci95": [ci.low, ci.high], "significant": ci.low > 0.0}
+
+
 def report_json(
-    args: argparse.Namespace, greedy: list[PairedDelta], sampled: list[PairedDelta], curve: str
+    args: argparse.Namespace,
+    deltas: dict[str, list[PairedDelta]],
+    curve: str,
+    alarms_fired: list[str],
 ) -> dict[str, object]:
-    score = {d.part: d for d in sampled}["score"].interval
-    greedy_score = {d.part: d for d in greedy}["score"].interval
+    sampled, greedy = _by_part(deltas["sampled"]), _by_part(deltas["greedy"])
+    pass1, score = sampled["success"].interval, sampled["score"].interval
     verdict = None
     if args.probe:
         judged = load_summary(args.probe).verdict
@@ -76,36 +105,72 @@ def report_json(
         "steps": args.steps,
         "seconds": args.seconds,
         "probe_verdict": verdict,
+        "sampled_pass1_before": sampled["success"].before,
+        "sampled_pass1_after": sampled["success"].after,
+        "sampled_pass1_delta": pass1.mean,
+        "sampled_pass1_delta_ci95": [pass1.low, pass1.high],
+        "sampled_pass1_gain_significant": pass1.low > 0.0,
+        "greedy_pass1": _interval(greedy["success"]),
+        "format_rate": _interval(sampled["format"]),
         "sampled_score_delta": score.mean,
         "sampled_score_delta_ci95": [score.low, score.high],
-        "sampled_score_gain_significant": score.low > 0.0,
-        "greedy_score_delta": greedy_score.mean,
-        "greedy_score_delta_ci95": [greedy_score.low, greedy_score.high],
-        "greedy": [d.to_json() for d in greedy],
-        "sampled": [d.to_json() for d in sampled],
+        "sft_sampled_pass1": _interval(_by_part(deltas["sft"])["success"]),
+        "alarms_fired": alarms_fired,
+        "greedy": [d.to_json() for d in deltas["greedy"]],
+        "sampled": [d.to_json() for d in deltas["sampled"]],
+        "sft": [d.to_json() for d in deltas["sft"]],
         "sampling": _sampling_note(args.sampled[1]),
         "reward_curve": curve,
-        "runs": {"greedy": args.greedy, "sampled": args.sampled, "probe": args.probe},
+        "runs": {
+            "greedy": args.greedy,
+            "sampled": args.sampled,
+            "base": args.base,
+            "probe": args.probe,
+            "grpo": args.run,
+        },
     }
+
+
+def run_alarms(run: str) -> list[str]:
+    """Build the GRPO run's report (report.md, figures) and print its verdict; the fired keys."""
+    report = build(run)
+    fired = report.fired
+    if fired:
+        print(f"\nrun report: {len(fired)} alarm(s) fired ({report.path})")
+        for alarm in fired:
+            print(f"  ALARM {alarm.title}: {alarm.detail}")
+    else:
+        print(f"\nrun report: no alarm fired ({len(report.alarms)} checks; {report.path})")
+    return [alarm.key for alarm in fired]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     try:
-        greedy = paired_deltas(*args.greedy)
-        sampled = paired_deltas(*args.sampled)
+        deltas = {
+            "greedy": paired_deltas(*args.greedy),
+            "sampled": paired_deltas(*args.sampled),
+            "sft": paired_deltas(args.base, args.sampled[0]),
+        }
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(report_table(greedy, sampled, args.sampled[1]))
+    print(report_table(deltas["greedy"], deltas["sampled"], deltas["sft"], args.sampled[1]))
+    try:
+        alarms_fired = run_alarms(args.run)
+    except ReportError as exc:
+        print(f"error: report: {exc}", file=sys.stderr)
+        return 2
     curve = ""
     try:
         curve = str(plot_reward_curve(Path(args.metrics), out / "reward_curve.png"))
-        print(f"\nreward curve: {curve}")
+        print(f"reward curve: {curve}")
     except ValueError as exc:  # no training step logged: report the evals anyway
-        print(f"\nno reward curve: {exc}", file=sys.stderr)
-    write_json_atomic(out / "quickstart_report.json", report_json(args, greedy, sampled, curve))
+        print(f"no reward curve: {exc}", file=sys.stderr)
+    write_json_atomic(
+        out / "quickstart_report.json", report_json(args, deltas, curve, alarms_fired)
+    )
     print(f"report: {out / 'quickstart_report.json'}")
     return 0
 

@@ -88,20 +88,19 @@ def test_every_preset_sets_the_same_knobs_and_names_its_source() -> None:
 
 
 def test_experiment_pins_win_over_the_preset() -> None:
-    """countdown_smollm2_cpu tuned temperature 0.7 for its model: every preset keeps it (an
-    explicit override changes it)."""
+    """countdown_smollm2_cpu drops zero-spread groups (grpo_drop_constant, GRPO's advantages):
+    every preset keeps that (an explicit override changes it)."""
     assert pinned_objective_keys("countdown_smollm2_cpu", "reinforce_nanochat") == [
-        "actor_rollout_ref.rollout.temperature",
+        "algorithm.adv_estimator",
     ]
     assert pinned_objective_keys("countdown_qwen3_4b", "dapo") == []
     for objective in PRESETS:
         config = compose("countdown_smollm2_cpu", [f"objective={objective}"])
-        assert config.actor_rollout_ref.rollout.temperature == 0.7
+        assert config.algorithm.adv_estimator == "grpo_drop_constant"
     config = compose(
-        "countdown_smollm2_cpu",
-        ["objective=reinforce_nanochat", "actor_rollout_ref.rollout.temperature=1.0"],
+        "countdown_smollm2_cpu", ["objective=reinforce_nanochat", "algorithm.adv_estimator=grpo"]
     )
-    assert config.actor_rollout_ref.rollout.temperature == 1.0
+    assert config.algorithm.adv_estimator == "grpo"
 
 
 def test_dr_grpo() -> None:
@@ -205,11 +204,18 @@ def test_dapo_manager_calls_our_reward_with_its_kwargs(
     tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under reward_manager=dapo verl still loads custom_reward_function with its reward_kwargs
-    (shaping on for countdown_smollm2_cpu) and adds the overlong penalty on top."""
+    (shaping turned on here) and adds the overlong penalty on top."""
     from verl.trainer.ppo.reward import load_reward_manager
 
     monkeypatch.delitem(sys.modules, "custom_module", raising=False)  # verl caches the module
-    config = compose("countdown_smollm2_cpu", ["objective=dapo", "data.max_response_length=40"])
+    config = compose(
+        "countdown_smollm2_cpu",
+        [
+            "objective=dapo",
+            "data.max_response_length=40",
+            "custom_reward_function.reward_kwargs.shaping=true",
+        ],
+    )
     OmegaConf.resolve(config)
     manager = load_reward_manager(
         config, tiny_tokenizer, num_examine=0, **config.reward_model.get("reward_kwargs", {})

@@ -31,18 +31,24 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
         env,
         900,
     )
-    assert "Quickstart report (tiny, countdown_cpu, 1 GRPO step(s)" in output
-    assert "**Verdict:" in output  # the probe's verdict, printed before training
-    assert "| greedy mean score |" in output and "| sampled mean score |" in output
+    assert "Quickstart report (tiny, SFT then countdown_cpu, 1 GRPO step(s)" in output
+    assert output.count("**Verdict:") == 2  # the probes of the base and of the SFT model
+    assert "| sampled pass@1 (success rate) |" in output and "| greedy mean score |" in output
+    assert "run report: " in output  # the GRPO run's alarms, printed
     out = tmp_path / "qs"
+    sft_model = out / "checkpoints/sft/quickstart_tiny/global_step_2/huggingface"
+    assert f"SFT model: {sft_model}" in output and (sft_model / "config.json").is_file()
     checkpoint = out / "checkpoints/quickstart_tiny/global_step_1/actor/huggingface"
     assert (checkpoint / "model.safetensors").is_file()
-    after = json.loads((out / "eval_after_sampled/summary.json").read_text())
+    after = json.loads((out / "eval_grpo_sampled/summary.json").read_text())
     assert after["model"] == str(checkpoint) and after["prompts"] == 8
     assert after["sampling"]["n"] == 4 and after["sampling"]["temperature"] == 1.0
+    sft_eval = json.loads((out / "eval_sft_sampled/summary.json").read_text())
+    assert sft_eval["model"] == str(sft_model)
     report = json.loads((out / "quickstart_report.json").read_text())
-    low, high = report["sampled_score_delta_ci95"]
-    assert low <= report["sampled_score_delta"] <= high
+    low, high = report["sampled_pass1_delta_ci95"]
+    assert low <= report["sampled_pass1_delta"] <= high
+    assert isinstance(report["alarms_fired"], list)
     assert report["steps"] == 1 and report["experiment"] == "countdown_cpu"
     assert report["seconds"] > 0 and report["probe_verdict"]
     png = out / "reward_curve.png"

@@ -86,7 +86,8 @@ def problems(config: Any) -> list[str]:
         if not path.is_file():
             found.append(f"data.{key}: {path} does not exist; write it with data prep's --sft")
     model = Path(str(config.model.partial_pretrain)).expanduser()
-    if not (model / "config.json").is_file():
+    local = model.is_absolute() or str(model).startswith(".")  # else a hub id, fetched by HF
+    if local and not (model / "config.json").is_file():
         found.append(f"model.partial_pretrain: no model at {model} (scripts/build_model.py)")
     return found
 

@@ -18,7 +18,7 @@ from typing import Any
 from verl.utils.dataset.sft_dataset import SFTDataset
 
 
-class AlignedSFTDataset(SFTDataset):  # type: ignore[misc]
+class AlignedSFTDataset(SFTDataset):
     def __getitem__(self, item: int) -> dict[str, Any]:
         row: dict[str, Any] = super().__getitem__(item)
         mask = row["loss_mask"]
