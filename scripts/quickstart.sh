@@ -56,7 +56,7 @@ if [[ "$MODEL" == tiny ]]; then
     EVAL_PROMPTS=8; SAMPLES=4; SFT_ROWS=8
 else
     CONFIG=countdown_smollm2_cpu; OVERRIDES=(); BASE_MODEL_DIR=artifacts/models/smollm2-135m-instruct
-    EVAL_PROMPTS=96; SAMPLES=4; SFT_ROWS=192
+    EVAL_PROMPTS=96; SAMPLES=4; SFT_ROWS=256
 fi
 RUN="quickstart_${MODEL}"
 DATA="$OUT/data/countdown"
