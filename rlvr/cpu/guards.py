@@ -1,4 +1,5 @@
-"""Refuse to patch a function whose parameters are not the ones a fix was written against."""
+"""Refuse to patch or build on a verl function that is not the one a fix was written against
+(its parameters, or a line of its source)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,14 @@ def require_parameters(
         raise RuntimeError(
             f"rlvr.cpu.compat: {function.__qualname__}{found} is not verl 0.6.1's {expected};"
             " update rlvr/cpu/compat.py for this verl"
+        )
+
+
+def require_source(function: Callable[..., Any], text: str, consequence: str) -> None:
+    """Refuse to build on a verl function whose source no longer holds the line (``text``) a fix
+    replaces or relies on; ``consequence`` says what then to do."""
+    if text not in inspect.getsource(function):
+        raise RuntimeError(
+            f"{function.__qualname__} no longer contains {text!r} (verl 0.6.1's line); "
+            f"{consequence}"
         )

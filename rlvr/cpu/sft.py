@@ -19,8 +19,9 @@ trainer needs two more, because it hard-codes what the GRPO workers read from th
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
+
+from rlvr.cpu.guards import require_source
 
 _installed = False
 
@@ -48,12 +49,7 @@ def install() -> list[str]:
 
 
 def _require_source(function: Any, text: str) -> None:
-    """Refuse to patch a verl 0.6.1 method that no longer holds the line a fix replaces."""
-    if text not in inspect.getsource(function):
-        raise RuntimeError(
-            f"rlvr.cpu.sft: {function.__qualname__} no longer contains {text!r} (verl 0.6.1's "
-            "line); update rlvr/cpu/sft.py for this verl"
-        )
+    require_source(function, text, "update rlvr/cpu/sft.py for this verl")
 
 
 def _sdpa_attention() -> None:

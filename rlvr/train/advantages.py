@@ -18,8 +18,9 @@ A batch in which every group agrees is left whole (its advantages are 0; only th
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
+
+from rlvr.cpu.guards import require_source
 
 DROP_CONSTANT = "grpo_drop_constant"
 #: Scores closer than this are alike (rewards are sums of a few floats).
@@ -74,10 +75,10 @@ def register() -> None:
     dropped rows' mask (see the module docstring)."""
     from verl.trainer.ppo import core_algos, ray_trainer
 
-    if _PASSES_BATCH_MASK not in inspect.getsource(ray_trainer.compute_advantage):
-        raise RuntimeError(
-            f"rlvr.train.advantages: verl's compute_advantage no longer passes "
-            f"{_PASSES_BATCH_MASK}; {DROP_CONSTANT} cannot drop groups with this verl"
-        )
+    require_source(
+        ray_trainer.compute_advantage,
+        _PASSES_BATCH_MASK,
+        f"rlvr.train.advantages: {DROP_CONSTANT} cannot drop groups with this verl",
+    )
     if core_algos.ADV_ESTIMATOR_REGISTRY.get(DROP_CONSTANT) is not grpo_drop_constant:
         core_algos.register_adv_est(DROP_CONSTANT)(grpo_drop_constant)
