@@ -182,6 +182,25 @@ def test_cpu_fixes_refuse_a_changed_verl() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("native", "forced", "fp32"), [(False, None, True), (True, None, False), (True, "1", True)]
+)
+def test_fp32_only_where_the_cpu_lacks_native_bf16(
+    monkeypatch: pytest.MonkeyPatch, native: bool, forced: str | None, fp32: bool
+) -> None:
+    """verl's bf16 stays on a CPU with AVX512-BF16 or AMX (about twice as fast as fp32 there);
+    elsewhere, or with RLVR_SFT_FP32=1, the parameters are fp32."""
+    from rlvr.cpu import sft
+
+    monkeypatch.setattr(sft, "native_bf16", lambda: native)
+    if forced is None:
+        monkeypatch.delenv("RLVR_SFT_FP32", raising=False)
+    else:
+        monkeypatch.setenv("RLVR_SFT_FP32", forced)
+    assert (sft._fp32_fsdp2 in sft.cpu_fixes()) is fp32
+    assert sft._sdpa_attention in sft.cpu_fixes()
+
+
 @pytest.mark.no_cuda  # the CPU path (rlvr/cpu/sft.py)
 def test_launch_sft_writes_a_trained_loadable_model(tmp_path: Path) -> None:
     """verl's SFT trainer through the launcher, 2 steps on the tiny model: the last line names a
