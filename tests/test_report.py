@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,36 @@ def test_reward_hacking_stays_quiet_on_clean_or_unrewarded_responses() -> None:
     }
     assert alarms.reward_hacking(records({}, rollouts=unrewarded, task=run.task)).status == OK
     assert alarms.reward_hacking(records({}, rollouts=run.rollouts)).status == NO_DATA  # no task
+
+
+def test_a_response_counts_as_reinforced_only_above_its_groups_mean() -> None:
+    rollouts = [
+        *group(1, "a", [0.0, 0.1, 1.0, 0.1]),
+        *group(1, "b", [0.1] * 4),
+        *group(1, "c", [1.0]),
+    ]
+    assert [(r.prompt, r.score) for r in alarms.above_group_mean(rollouts)] == [("a", 1.0)]
+
+
+def test_reward_hacking_ignores_patterns_grpo_does_not_push_up_on_a_recorded_dump() -> None:
+    """Recorded (tests/data/report/sft_grpo_quickstart: the quickstart's GRPO step 2 after SFT,
+    4 prompts x 16): responses with several <answer> tags earn the format score, as much as or
+    less than their groups' other answers, so GRPO gives them no positive advantage and the
+    alarm stays quiet. Counting every response with a score above 0 fires on the same dump
+    (the rule it replaced); the same responses made to beat their groups fire."""
+    run = real("sft_grpo_quickstart")
+    dump = run.rollouts[2]
+    assert alarms.reward_hacking(run).status == OK
+    patterns = countdown.SPEC.hacking_patterns
+    hits = [
+        r for r in dump if r.score > 0 and any(p.matches(r.prompt, r.response) for p in patterns)
+    ]
+    rewarded = [r for r in dump if r.score > 0]
+    assert len(hits) >= alarms.HACKING_MIN_COUNT
+    assert len(hits) / len(rewarded) >= alarms.HACKING_MIN_SHARE  # the old rule fires here
+    boosted = [replace(r, score=1.0) if r in hits else r for r in dump]
+    alarm = alarms.reward_hacking(records({}, rollouts={2: boosted}, task=run.task))
+    assert alarm.status == FIRED and alarm.steps == (2,)
 
 
 COUNTDOWN_PROMPT = countdown.build_prompt(countdown.Puzzle((3, 5, 7), 22), "chat")[-1]["content"]

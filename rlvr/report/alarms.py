@@ -66,8 +66,9 @@ GRAD_MIN_HISTORY = 3
 VAL_DROP_MIN = 0.05
 #: Training reward level at a validation: the mean of this many training steps up to it.
 TRAIN_WINDOW = 5
-#: One rewarded response in twenty matching a loophole is enough to grow: GRPO pushes it up in
-#: every group where it scores above the group's mean.
+#: One reinforced response in twenty matching a loophole is enough to grow. Reinforced: scoring
+#: above its group's mean, the responses GRPO pushes up; a pattern earning only what its group's
+#: honest answers earn (format credit among wrong answers) gets no push and is not counted.
 HACKING_MIN_SHARE = 0.05
 #: ...and at least two of them, so that a single odd response does not fire on a small batch.
 HACKING_MIN_COUNT = 2
@@ -383,9 +384,9 @@ def reward_hacking(records: RunRecords) -> Alarm:
     examples: dict[str, str] = {}
     worst = 0.0
     for step, rollouts in sorted(records.rollouts.items()):
-        rewarded = [r for r in rollouts if r.score > 0]
-        hits = [r for r in rewarded if _matched(task.hacking_patterns, r, counts, examples)]
-        share = len(hits) / len(rewarded) if rewarded else 0.0
+        reinforced = above_group_mean(rollouts)
+        hits = [r for r in reinforced if _matched(task.hacking_patterns, r, counts, examples)]
+        share = len(hits) / len(reinforced) if reinforced else 0.0
         worst = max(worst, share)
         if len(hits) >= HACKING_MIN_COUNT and share >= HACKING_MIN_SHARE:
             fired_steps.append(step)
@@ -394,7 +395,8 @@ def reward_hacking(records: RunRecords) -> Alarm:
             key,
             title,
             OK,
-            f"at most {worst:.0%} of rewarded responses match a {task.name} "
+            f"at most {worst:.0%} of reinforced responses (above their group's mean) match a "
+            f"{task.name} "
             f"pattern ({len(records.rollouts)} dumped steps)",
         )
     ranked = sorted(counts.items(), key=lambda item: -item[1])
@@ -404,7 +406,8 @@ def reward_hacking(records: RunRecords) -> Alarm:
         key,
         title,
         FIRED,
-        f"up to {worst:.0%} of rewarded responses match {task.name} patterns, counted over all "
+        f"up to {worst:.0%} of reinforced responses (above their group's mean) match "
+        f"{task.name} patterns, counted over all "
         f"dumps: {seen}",
         "read the examples and the rollouts: if the pattern earns reward it should not, tighten "
         f"the reward (rewards/{task.name}.py) so it scores 0, and restart from a checkpoint "
@@ -412,6 +415,16 @@ def reward_hacking(records: RunRecords) -> Alarm:
         tuple(fired_steps),
         examples=tuple(f"[{name}] {examples[name]}" for name, _ in ranked),
     )
+
+
+def above_group_mean(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """The responses scoring above the mean of their group (a step's responses to one prompt):
+    those a group baseline gives a positive advantage."""
+    groups: dict[str, list[float]] = {}
+    for rollout in rollouts:
+        groups.setdefault(rollout.prompt, []).append(rollout.score)
+    means = {prompt: math.fsum(scores) / len(scores) for prompt, scores in groups.items()}
+    return [r for r in rollouts if r.score > means[r.prompt] + 1e-9]
 
 
 def _matched(
