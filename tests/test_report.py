@@ -231,12 +231,27 @@ def test_reward_hacking_stays_quiet_on_clean_or_unrewarded_responses() -> None:
 
 
 def test_a_response_counts_as_reinforced_only_above_its_groups_mean() -> None:
+    """verl's GRPO advantage is positive above the group's mean; a group of one has baseline 0."""
     rollouts = [
         *group(1, "a", [0.0, 0.1, 1.0, 0.1]),
         *group(1, "b", [0.1] * 4),
         *group(1, "c", [1.0]),
+        *group(1, "d", [0.0]),
     ]
-    assert [(r.prompt, r.score) for r in alarms.above_group_mean(rollouts)] == [("a", 1.0)]
+    reinforced = [(r.prompt, r.score) for r in alarms.above_group_mean(rollouts)]
+    assert reinforced == [("a", 1.0), ("c", 1.0)]
+
+
+def test_reward_hacking_fires_once_a_loophole_fills_whole_groups() -> None:
+    """Every response of its groups hacks: none is above its group's mean any more, but half the
+    rewarded responses match, and it fires; below half, it does not."""
+    task = countdown.SPEC
+    copied = "<answer>(1 + 2) / 3</answer>"  # the prompt's own example
+    spread = {3: [*group(3, COUNTDOWN_PROMPT, [0.1] * 4, copied), *group(3, "p", [0.1, 0.1])]}
+    assert alarms.reward_hacking(records({}, rollouts=spread, task=task)).status == FIRED
+    honest = "<answer>3 + 5 + 7</answer>"
+    rare = {3: [*group(3, COUNTDOWN_PROMPT, [0.1] * 2, copied), *group(3, "p", [0.1] * 3, honest)]}
+    assert alarms.reward_hacking(records({}, rollouts=rare, task=task)).status == OK
 
 
 def test_reward_hacking_ignores_patterns_grpo_does_not_push_up_on_a_recorded_dump() -> None:

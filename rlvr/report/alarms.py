@@ -72,6 +72,8 @@ TRAIN_WINDOW = 5
 HACKING_MIN_SHARE = 0.05
 #: ...and at least two of them, so that a single odd response does not fire on a small batch.
 HACKING_MIN_COUNT = 2
+#: Or once half the rewarded responses match: the loophole has spread through whole groups.
+SATURATED = 0.5
 
 
 @dataclass(frozen=True)
@@ -384,11 +386,16 @@ def reward_hacking(records: RunRecords) -> Alarm:
     examples: dict[str, str] = {}
     worst = 0.0
     for step, rollouts in sorted(records.rollouts.items()):
+        rewarded = [r for r in rollouts if r.score > 0]
+        matched = {id(r) for r in rewarded if _matched(task.hacking_patterns, r, counts, examples)}
         reinforced = above_group_mean(rollouts)
-        hits = [r for r in reinforced if _matched(task.hacking_patterns, r, counts, examples)]
-        share = len(hits) / len(reinforced) if reinforced else 0.0
+        hits = sum(id(r) in matched for r in reinforced)
+        share = hits / len(reinforced) if reinforced else 0.0
         worst = max(worst, share)
-        if len(hits) >= HACKING_MIN_COUNT and share >= HACKING_MIN_SHARE:
+        growing = hits >= HACKING_MIN_COUNT and share >= HACKING_MIN_SHARE
+        # a loophole every response of its groups uses is no longer above any group's mean
+        spread = len(matched) >= HACKING_MIN_COUNT and len(matched) >= SATURATED * len(rewarded)
+        if growing or spread:
             fired_steps.append(step)
     if not fired_steps:
         return Alarm(
@@ -396,8 +403,7 @@ def reward_hacking(records: RunRecords) -> Alarm:
             title,
             OK,
             f"at most {worst:.0%} of reinforced responses (above their group's mean) match a "
-            f"{task.name} "
-            f"pattern ({len(records.rollouts)} dumped steps)",
+            f"{task.name} pattern ({len(records.rollouts)} dumped steps)",
         )
     ranked = sorted(counts.items(), key=lambda item: -item[1])
     described = {p.name: p.description for p in task.hacking_patterns}
@@ -418,13 +424,14 @@ def reward_hacking(records: RunRecords) -> Alarm:
 
 
 def above_group_mean(rollouts: Sequence[Rollout]) -> list[Rollout]:
-    """The responses scoring above the mean of their group (a step's responses to one prompt):
-    those a group baseline gives a positive advantage."""
+    """The responses a group baseline gives a positive advantage: scoring above the mean of their
+    group (a step's responses to one prompt), or, alone in it, above 0 (verl's GRPO baseline for
+    a group of one is 0)."""
     groups: dict[str, list[float]] = {}
     for rollout in rollouts:
         groups.setdefault(rollout.prompt, []).append(rollout.score)
-    means = {prompt: math.fsum(scores) / len(scores) for prompt, scores in groups.items()}
-    return [r for r in rollouts if r.score > means[r.prompt] + 1e-9]
+    baselines = {p: math.fsum(s) / len(s) if len(s) > 1 else 0.0 for p, s in groups.items()}
+    return [r for r in rollouts if r.score > baselines[r.prompt] + 1e-9]
 
 
 def _matched(
