@@ -181,14 +181,13 @@ def test_cpu_fixes_refuse_a_changed_verl() -> None:
         sft._require_source(FSDPSFTTrainer._build_model_optimizer, 'attn_implementation="eager"')
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("native", "forced", "fp32"), [(False, None, True), (True, None, False), (True, "1", True)]
 )
 def test_fp32_only_where_the_cpu_lacks_native_bf16(
     monkeypatch: pytest.MonkeyPatch, native: bool, forced: str | None, fp32: bool
 ) -> None:
-    """verl's bf16 stays on a CPU with AVX512-BF16 or AMX (about twice as fast as fp32 there);
+    """verl's bf16 stays on a CPU with AVX512-BF16 or AMX (1.8x faster than fp32 there);
     elsewhere, or with RLVR_SFT_FP32=1, the parameters are fp32."""
     from rlvr.cpu import sft
 
@@ -201,6 +200,19 @@ def test_fp32_only_where_the_cpu_lacks_native_bf16(
     assert sft._sdpa_attention in sft.cpu_fixes()
 
 
+def test_torch_still_has_the_bf16_checks() -> None:
+    """``native_bf16`` reads private torch.cpu functions: a torch without them fails here, not by
+    silently training SFT in fp32 at half the speed (or crashing at the first launch)."""
+    import torch.cpu
+
+    from rlvr.cpu import sft
+
+    for name in sft.BF16_CHECKS:
+        assert isinstance(getattr(torch.cpu, name)(), bool), name
+    assert isinstance(sft.native_bf16(), bool)
+
+
+@pytest.mark.slow
 @pytest.mark.no_cuda  # the CPU path (rlvr/cpu/sft.py)
 def test_launch_sft_writes_a_trained_loadable_model(tmp_path: Path) -> None:
     """verl's SFT trainer through the launcher, 2 steps on the tiny model: the last line names a
