@@ -2,8 +2,9 @@
 
 GRPO's advantage is the reward's z-score inside its group, so negating every reward flips the
 sign of every advantage and nothing else (the same groups disagree, the same groups are dropped
-as constant): GRPO then pushes away from correct answers as hard as the real run pushes toward
-them. Standard library only; not collected by pytest (no ``test_`` prefix).
+as constant): GRPO then pushes toward what the real reward ranks lowest, wrong answers and,
+through the negated format credit, unformatted ones. A sign check of the learning signal, not a
+null control. Standard library only; not collected by pytest (no ``test_`` prefix).
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ negated does not.
 
 ``bash scripts/quickstart.sh`` (SmolLM2-135M, verl's SFT trainer then verl GRPO on CPU) must end
 with a sampled pass@1 gain over the SFT model whose 95% interval (paired over the held-out
-prompts) excludes zero, a run report with no alarm fired, and prompts the GRPO model solves that
-the SFT model never did. The negative control trains from the same SFT model, data, seed and
-steps with the reward negated (tests/negated_countdown_reward.py: every advantage's sign
-flipped) and is evaluated on the same prompts with the same sampling and seed: its pass@1 must
-not rise significantly, and must end below the real run's. Slow (about 22 minutes on 2 cores);
-CI runs it.
+prompts) excludes zero, a run report with no alarm fired, and more prompts the GRPO model solves
+that the SFT model never did than the other way round. The negative control trains from the
+same SFT model, data, seed and steps with the reward negated (tests/negated_countdown_reward.py:
+every advantage's sign flipped, a sign check of the learning signal) and is evaluated on the
+same prompts with the same sampling and seed: its pass@1 must not rise significantly, and must
+end below the real run's. Slow (19 min 30 s on 2 cores); CI runs it. Measured: +4.69 pt [+1.46,
++7.92] for the quickstart, -8.59 pt [-11.61, -5.58] for the control, 18 prompts newly solved
+against 7 lost.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rlvr.evaluation.paired import paired_deltas
 
 ROOT = Path(__file__).resolve().parents[1]
 # the CPU path: with GPUs the quickstart runs the 8-GPU recipe instead. The whole test (about
-# 22 minutes) outlasts the suite's 900 s per test; each command has its own bound below.
+# 20 minutes) outlasts the suite's 900 s per test; each command has its own bound below.
 pytestmark = [pytest.mark.slow, pytest.mark.no_cuda, pytest.mark.timeout(3600)]
 
 
@@ -100,8 +102,9 @@ def test_grpo_after_sft_raises_pass1_and_negated_advantages_do_not(tmp_path: Pat
     low, high = report["sampled_pass1_delta_ci95"]
     assert low > 0, f"no significant pass@1 gain over SFT: [{low}, {high}]\n{output[-4000:]}"
     assert report["alarms_fired"] == [], report["alarms_fired"]
-    new = _solved(qs / "eval_grpo_sampled") - _solved(qs / "eval_sft_sampled")
-    assert new, "the GRPO model solves no prompt the SFT model never solved"
+    after, before = _solved(qs / "eval_grpo_sampled"), _solved(qs / "eval_sft_sampled")
+    new, lost = after - before, before - after
+    assert len(new) > len(lost), f"prompts newly solved {len(new)}, no longer solved {len(lost)}"
 
     model = _negated_grpo(qs, tmp_path / "negated_run", env, report["steps"])
     negated = _sampled_eval(model, qs / "eval_grpo_sampled", tmp_path / "eval_negated", env)
