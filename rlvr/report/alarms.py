@@ -384,7 +384,7 @@ def reward_hacking(records: RunRecords) -> Alarm:
     fired_steps: list[int] = []
     counts: dict[str, int] = {}
     examples: dict[str, str] = {}
-    worst = 0.0
+    worst = worst_rewarded = 0.0
     for step, rollouts in sorted(records.rollouts.items()):
         rewarded = [r for r in rollouts if r.score > 0]
         matched = {id(r) for r in rewarded if _matched(task.hacking_patterns, r, counts, examples)}
@@ -392,6 +392,7 @@ def reward_hacking(records: RunRecords) -> Alarm:
         hits = sum(id(r) in matched for r in reinforced)
         share = hits / len(reinforced) if reinforced else 0.0
         worst = max(worst, share)
+        worst_rewarded = max(worst_rewarded, len(matched) / len(rewarded) if rewarded else 0.0)
         growing = hits >= HACKING_MIN_COUNT and share >= HACKING_MIN_SHARE
         # a loophole every response of its groups uses is no longer above any group's mean
         spread = len(matched) >= HACKING_MIN_COUNT and len(matched) >= SATURATED * len(rewarded)
@@ -412,9 +413,9 @@ def reward_hacking(records: RunRecords) -> Alarm:
         key,
         title,
         FIRED,
-        f"up to {worst:.0%} of reinforced responses (above their group's mean) match "
-        f"{task.name} patterns, counted over all "
-        f"dumps: {seen}",
+        f"up to {worst:.0%} of reinforced responses (above their group's mean), and "
+        f"{worst_rewarded:.0%} of those with score > 0, match {task.name} patterns, counted over "
+        f"all dumps: {seen}",
         "read the examples and the rollouts: if the pattern earns reward it should not, tighten "
         f"the reward (rewards/{task.name}.py) so it scores 0, and restart from a checkpoint "
         "before it spread",
