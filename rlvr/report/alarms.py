@@ -19,6 +19,7 @@ from rlvr.report.records import (
     RunRecords,
     group_stats,
     judged_zero_spread,
+    scores_by_prompt,
 )
 
 SCORE = "critic/score/mean"
@@ -391,11 +392,11 @@ def reward_hacking(records: RunRecords) -> Alarm:
         reinforced = above_group_mean(rollouts)
         hits = sum(id(r) in matched for r in reinforced)
         share = hits / len(reinforced) if reinforced else 0.0
-        worst = max(worst, share)
-        worst_rewarded = max(worst_rewarded, len(matched) / len(rewarded) if rewarded else 0.0)
+        rewarded_share = len(matched) / len(rewarded) if rewarded else 0.0
+        worst, worst_rewarded = max(worst, share), max(worst_rewarded, rewarded_share)
         growing = hits >= HACKING_MIN_COUNT and share >= HACKING_MIN_SHARE
         # a loophole every response of its groups uses is no longer above any group's mean
-        spread = len(matched) >= HACKING_MIN_COUNT and len(matched) >= SATURATED * len(rewarded)
+        spread = len(matched) >= HACKING_MIN_COUNT and rewarded_share >= SATURATED
         if growing or spread:
             fired_steps.append(step)
     if not fired_steps:
@@ -428,9 +429,7 @@ def above_group_mean(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """The responses a group baseline gives a positive advantage: scoring above the mean of their
     group (a step's responses to one prompt), or, alone in it, above 0 (verl's GRPO baseline for
     a group of one is 0)."""
-    groups: dict[str, list[float]] = {}
-    for rollout in rollouts:
-        groups.setdefault(rollout.prompt, []).append(rollout.score)
+    groups = scores_by_prompt(rollouts)
     baselines = {p: math.fsum(s) / len(s) if len(s) > 1 else 0.0 for p, s in groups.items()}
     return [r for r in rollouts if r.score > baselines[r.prompt] + 1e-9]
 

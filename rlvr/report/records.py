@@ -68,13 +68,18 @@ class GroupStats:
         return self.zero_spread / self.groups if self.groups else 0.0
 
 
-def group_stats(rollouts: Sequence[Rollout]) -> GroupStats:
-    """Responses grouped by identical prompt; groups of one response are left out (no spread
-    can be measured, and verl's GRPO gives a lone response zero advantage anyway)."""
+def scores_by_prompt(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
+    """A step's GRPO groups: the scores of its responses to each prompt (identical text)."""
     by_prompt: dict[str, list[float]] = {}
     for rollout in rollouts:
         by_prompt.setdefault(rollout.prompt, []).append(rollout.score)
-    groups = [scores for scores in by_prompt.values() if len(scores) > 1]
+    return by_prompt
+
+
+def group_stats(rollouts: Sequence[Rollout]) -> GroupStats:
+    """Responses grouped by identical prompt; groups of one response are left out (no spread
+    can be measured; verl's GRPO gives a lone response its score as advantage, baseline 0)."""
+    groups = [scores for scores in scores_by_prompt(rollouts).values() if len(scores) > 1]
     constant = Counter(
         round(scores[0], 6) for scores in groups if max(scores) - min(scores) <= 1e-9
     )
