@@ -6,7 +6,7 @@ and renamed over it, so a reader (or ``--follow``'s next pass) never sees half a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,119 +50,95 @@ class Figure:
 
 def figure_specs(records: RunRecords) -> list[Figure]:
     """What to draw, from the records; figures with no data are kept (drawing skips them)."""
+    return [build(records) for build in _FIGURES]
+
+
+def _reward_figure(records: RunRecords) -> Figure:
     val_key = records.val_key()
-    reward_lines = [Line(f"{checks.SCORE} (training batch)", records.finite(checks.SCORE))]
+    lines = [Line(f"{checks.SCORE} (training batch)", records.finite(checks.SCORE))]
     if val_key:
-        reward_lines.append(Line(f"{val_key} (validation)", records.finite(val_key), "--", "s"))
+        lines.append(Line(f"{val_key} (validation)", records.finite(val_key), "--", "s"))
+    band = (records.finite("critic/score/min"), records.finite("critic/score/max"))
+    panel = Panel("score / accuracy", tuple(lines), band=band)
+    return Figure("reward", "reward: training score and validation", (panel,))
+
+
+def _entropy_figure(records: RunRecords) -> Figure:
     entropy = records.finite(checks.ENTROPY)
-    entropy_limit = (
+    # the entropy alarm's floor depends on the first step's entropy (alarms/metric_rules.py)
+    limit = (
         (max(checks.ENTROPY_FLOOR, checks.ENTROPY_FALL_FRACTION * entropy[0][1]),)
         if entropy
         else ()
     )
+    panel = Panel("entropy (nats/token)", (Line(checks.ENTROPY, entropy),), limit)
+    return Figure("entropy", "policy entropy", (panel,))
+
+
+def _length_figure(records: RunRecords) -> Figure:
+    lines = (
+        Line(checks.LENGTH, records.finite(checks.LENGTH)),
+        Line("response_length/max", records.finite("response_length/max"), ":"),
+    )
+    return Figure("length", "response length", (Panel("tokens", lines),))
+
+
+def _clip_figure(records: RunRecords) -> Figure:
+    lines = (
+        Line(f"{checks.LENGTH_CLIP} (cut at max length)", records.finite(checks.LENGTH_CLIP)),
+        Line(
+            f"{checks.PG_CLIPFRAC} (PPO-clipped tokens)",
+            records.finite(checks.PG_CLIPFRAC),
+            "--",
+            "s",
+        ),
+    )
+    return Figure("clip", "clip ratios", (Panel("share", lines, (checks.LENGTH_CLIP_MAX,)),))
+
+
+def _kl_figure(records: RunRecords) -> Figure:
+    lines = (
+        Line("actor/kl_loss (to the reference)", records.finite("actor/kl_loss")),
+        Line("actor/ppo_kl (update vs sampler)", records.finite("actor/ppo_kl"), "--", "s"),
+    )
+    return Figure("kl", "KL to the reference and between updates", (Panel("KL", lines),))
+
+
+def _grad_norm_figure(records: RunRecords) -> Figure:
     grad = records.finite(checks.GRAD_NORM)
     positive = [value for _, value in grad if value > 0]
-    wide = bool(positive) and max(positive) / min(positive) > 30
+    wide = bool(positive) and max(positive) / min(positive) > 30  # log scale past 30x
+    panel = Panel("grad norm", (Line(checks.GRAD_NORM, grad),), log=wide)
+    return Figure("grad_norm", "gradient norm", (panel,))
+
+
+def _groups_figure(records: RunRecords) -> Figure:
     groups = zero_spread_series(records)
-    return [
-        Figure(
-            "reward",
-            "reward: training score and validation",
-            (
-                Panel(
-                    "score / accuracy",
-                    tuple(reward_lines),
-                    band=(records.finite("critic/score/min"), records.finite("critic/score/max")),
-                ),
-            ),
+    lines = (
+        Line("from the rollout dumps", [(s, v) for s, v, source in groups if source == "rollouts"]),
+        Line(
+            "all-equal batch (metrics)",
+            [(s, v) for s, v, source in groups if source == "metrics"],
+            "",
+            "x",
         ),
-        Figure(
-            "entropy",
-            "policy entropy",
-            (Panel("entropy (nats/token)", (Line(checks.ENTROPY, entropy),), entropy_limit),),
-        ),
-        Figure(
-            "length",
-            "response length",
-            (
-                Panel(
-                    "tokens",
-                    (
-                        Line(checks.LENGTH, records.finite(checks.LENGTH)),
-                        Line("response_length/max", records.finite("response_length/max"), ":"),
-                    ),
-                ),
-            ),
-        ),
-        Figure(
-            "clip",
-            "clip ratios",
-            (
-                Panel(
-                    "share",
-                    (
-                        Line(
-                            f"{checks.LENGTH_CLIP} (cut at max length)",
-                            records.finite(checks.LENGTH_CLIP),
-                        ),
-                        Line(
-                            f"{checks.PG_CLIPFRAC} (PPO-clipped tokens)",
-                            records.finite(checks.PG_CLIPFRAC),
-                            "--",
-                            "s",
-                        ),
-                    ),
-                    (checks.LENGTH_CLIP_MAX,),
-                ),
-            ),
-        ),
-        Figure(
-            "kl",
-            "KL to the reference and between updates",
-            (
-                Panel(
-                    "KL",
-                    (
-                        Line("actor/kl_loss (to the reference)", records.finite("actor/kl_loss")),
-                        Line(
-                            "actor/ppo_kl (update vs sampler)",
-                            records.finite("actor/ppo_kl"),
-                            "--",
-                            "s",
-                        ),
-                    ),
-                ),
-            ),
-        ),
-        Figure(
-            "grad_norm",
-            "gradient norm",
-            (Panel("grad norm", (Line(checks.GRAD_NORM, grad),), log=wide),),
-        ),
-        Figure(
-            "groups",
-            "groups with zero spread (all responses to a prompt scored alike)",
-            (
-                Panel(
-                    "share of groups",
-                    (
-                        Line(
-                            "from the rollout dumps",
-                            [(s, v) for s, v, source in groups if source == "rollouts"],
-                        ),
-                        Line(
-                            "all-equal batch (metrics)",
-                            [(s, v) for s, v, source in groups if source == "metrics"],
-                            "",
-                            "x",
-                        ),
-                    ),
-                    (checks.ZERO_SPREAD_MAX,),
-                    top=1.05,
-                ),
-            ),
-        ),
-    ]
+    )
+    panel = Panel("share of groups", lines, (checks.ZERO_SPREAD_MAX,), top=1.05)
+    return Figure(
+        "groups", "groups with zero spread (all responses to a prompt scored alike)", (panel,)
+    )
+
+
+#: Every figure, in the order the report shows them.
+_FIGURES: tuple[Callable[[RunRecords], Figure], ...] = (
+    _reward_figure,
+    _entropy_figure,
+    _length_figure,
+    _clip_figure,
+    _kl_figure,
+    _grad_norm_figure,
+    _groups_figure,
+)
 
 
 def draw_figures(
