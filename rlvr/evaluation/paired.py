@@ -11,10 +11,6 @@ Prompts are paired by ``prompt_index`` and ground truth, read from each run's
 ``samples.jsonl`` through ``records.py``. Runs on different prompts, or graded or sampled
 differently (reward kwargs, temperature, n, max_tokens), are refused with an ``EvalError``:
 their difference would not be the model's.
-
-The t quantile is computed exactly for integer degrees of freedom (the closed-form series of
-the t distribution's CDF, Abramowitz & Stegun 26.7.3-4, inverted by bisection), so the standard
-library is enough.
 """
 
 from __future__ import annotations
@@ -24,6 +20,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from scipy.stats import t as student_t
 
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.metrics import is_success
@@ -39,50 +37,6 @@ PARTS: dict[str, tuple[str, Callable[[GradedSample], float]]] = {
 }
 #: Settings that must match for two runs to be paired (reward kwargs are checked too).
 SAMPLING_KEYS = ("n", "temperature", "top_p", "max_tokens")
-
-
-# ---------------------------------------------------------------- Student t, standard library
-
-
-def t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for Student's t with integer ``df`` >= 1 (exact closed-form series)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    theta = math.atan(abs(t) / math.sqrt(df))
-    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 1:  # A&S 26.7.3
-        series = 0.0
-        if df > 1:
-            series = term = math.cos(theta)
-            for k in range(3, df - 1, 2):
-                term *= cos2 * (k - 1) / k
-                series += term
-        inside = 2.0 / math.pi * (theta + sin * series)
-    else:  # A&S 26.7.4
-        series = term = 1.0
-        for k in range(2, df - 1, 2):
-            term *= cos2 * (k - 1) / k
-            series += term
-        inside = sin * series
-    inside = min(max(inside, 0.0), 1.0)  # P(|T| < |t|)
-    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with integer ``df`` (bisection on ``t_cdf``)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < p:
-        high *= 2.0
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
-        if high - low < 1e-12:
-            break
-    return 0.5 * (low + high)
 
 
 @dataclass(frozen=True)
@@ -109,7 +63,7 @@ def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) ->
         raise EvalError(f"a paired interval needs at least 2 prompts, got {n}")
     average = sum(differences) / n
     sd = math.sqrt(sum((d - average) ** 2 for d in differences) / (n - 1))
-    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
+    half = float(student_t.ppf((1.0 + confidence) / 2.0, n - 1)) * sd / math.sqrt(n)
     return Interval(average, average - half, average + half, n)
 
 
