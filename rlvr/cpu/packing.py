@@ -21,6 +21,8 @@ Logits are computed only from the first last-prompt position on (``logits_to_kee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -115,64 +117,89 @@ class _Layout:
         answers: list[int],
         prompt_width: int,
     ) -> None:
-        """Each packed row: its groups' common first ``shared`` prompt tokens once, then the rest
-        of each group's prompt, then the responses of those groups. Every token carries its group
-        (-1 for the shared part) and its response (-1 for prompt tokens)."""
+        """Each packed row: its groups' prompts (``_prompt_rows``), then the responses of those
+        groups, each token's logits read at the column before it."""
+        packed, last_prompt_column = _prompt_rows(rows, distinct, shared)
         row_of = {g: r for r, groups in enumerate(rows) for g in groups}
-        ids_rows: list[list[int]] = []
-        pos_rows: list[list[int]] = []
-        group_rows: list[list[int]] = []
-        answer_rows: list[list[int]] = []
-        last_prompt_column = {}  # group -> the column of its last prompt token
-        for groups in rows:
-            ids, pos = list(distinct[groups[0]][0][:shared]), list(distinct[groups[0]][1][:shared])
-            owner, answer = [-1] * shared, [-1] * shared
-            for g in groups:
-                prompt_ids, prompt_pos = distinct[g]
-                ids += prompt_ids[shared:]
-                pos += prompt_pos[shared:]
-                owner += [g] * (len(prompt_ids) - shared)
-                answer += [-1] * (len(prompt_ids) - shared)
-                # a prompt that is all shared prefix ends where that prefix does
-                last_prompt_column[g] = len(ids) - 1 if len(prompt_ids) > shared else shared - 1
-            ids_rows.append(ids)
-            pos_rows.append(pos)
-            group_rows.append(owner)
-            answer_rows.append(answer)
         row, column, batch_index, token_index = [], [], [], []
         for b, g in enumerate(group):
-            r, length = row_of[g], answers[b]
-            start = len(ids_rows[r])
+            tokens, length = packed[row_of[g]], answers[b]
+            start = len(tokens.ids)
             source = slice(prompt_width, prompt_width + length)
-            ids_rows[r] += input_ids[b, source].tolist()
-            pos_rows[r] += positions[b, source].tolist()
-            group_rows[r] += [g] * length
-            answer_rows[r] += [b] * length
+            tokens.extend(input_ids[b, source].tolist(), positions[b, source].tolist(), g, b)
             # token j is predicted at the position before it: the prompt's last for j = 0
             predictors = [last_prompt_column[g], *range(start, start + length - 1)]
-            row += [r] * length
+            row += [row_of[g]] * length
             column += predictors[:length]
             batch_index += [b] * length
             token_index += list(range(length))
-        width = max(len(ids) for ids in ids_rows)
-        count = len(rows)
-        self.input_ids = torch.zeros(count, width, dtype=input_ids.dtype)
-        self.position_ids = torch.zeros(count, width, dtype=positions.dtype)
-        owner_of = torch.full((count, width), -2)  # -2 padding
-        answer_of = torch.full((count, width), -1)
-        for r in range(count):
-            n = len(ids_rows[r])
-            self.input_ids[r, :n] = torch.tensor(ids_rows[r], dtype=input_ids.dtype)
-            self.position_ids[r, :n] = torch.tensor(pos_rows[r], dtype=positions.dtype)
-            owner_of[r, :n] = torch.tensor(group_rows[r])
-            answer_of[r, :n] = torch.tensor(answer_rows[r])
+        self.input_ids, self.position_ids, owner_of, answer_of = _padded(
+            packed, input_ids.dtype, positions.dtype
+        )
         self.attention_mask = _attention(owner_of, answer_of)
         first = min(last_prompt_column.values())
-        self.keep = width - first
+        self.keep = self.input_ids.size(1) - first
         self.row = torch.tensor(row, dtype=torch.long)
         self.column = torch.tensor(column, dtype=torch.long) - first
         self.batch_index = torch.tensor(batch_index, dtype=torch.long)
         self.token_index = torch.tensor(token_index, dtype=torch.long)
+
+
+@dataclass
+class _RowTokens:
+    """One packed row before padding: each token's id, position, group (-1 for the shared
+    prefix) and response (its batch row; -1 for prompt tokens)."""
+
+    ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    owner: list[int] = field(default_factory=list)
+    answer: list[int] = field(default_factory=list)
+
+    def extend(self, ids: Sequence[int], positions: Sequence[int], owner: int, answer: int) -> None:
+        self.ids += ids
+        self.positions += positions
+        self.owner += [owner] * len(ids)
+        self.answer += [answer] * len(ids)
+
+
+def _prompt_rows(
+    rows: list[list[int]], distinct: list[tuple[tuple[int, ...], tuple[int, ...]]], shared: int
+) -> tuple[list[_RowTokens], dict[int, int]]:
+    """Each row's prompt part: its groups' common first ``shared`` prompt tokens once, then the
+    rest of each group's prompt; and, per group, the column of its last prompt token."""
+    packed: list[_RowTokens] = []
+    last_prompt_column: dict[int, int] = {}
+    for groups in rows:
+        tokens = _RowTokens()
+        prefix_ids, prefix_positions = distinct[groups[0]]
+        tokens.extend(prefix_ids[:shared], prefix_positions[:shared], -1, -1)
+        for g in groups:
+            prompt_ids, prompt_pos = distinct[g]
+            tokens.extend(prompt_ids[shared:], prompt_pos[shared:], g, -1)
+            # a prompt that is all shared prefix ends where that prefix does
+            last_prompt_column[g] = len(tokens.ids) - 1 if len(prompt_ids) > shared else shared - 1
+        packed.append(tokens)
+    return packed, last_prompt_column
+
+
+def _padded(
+    packed: list[_RowTokens], ids_dtype: torch.dtype, positions_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows right-padded to one width: (ids, positions, owner, answer), owner -2 and answer
+    -1 on padding."""
+    width = max(len(tokens.ids) for tokens in packed)
+    count = len(packed)
+    ids = torch.zeros(count, width, dtype=ids_dtype)
+    positions = torch.zeros(count, width, dtype=positions_dtype)
+    owner = torch.full((count, width), -2)  # -2 padding
+    answer = torch.full((count, width), -1)
+    for r, tokens in enumerate(packed):
+        n = len(tokens.ids)
+        ids[r, :n] = torch.tensor(tokens.ids, dtype=ids_dtype)
+        positions[r, :n] = torch.tensor(tokens.positions, dtype=positions_dtype)
+        owner[r, :n] = torch.tensor(tokens.owner)
+        answer[r, :n] = torch.tensor(tokens.answer)
+    return ids, positions, owner, answer
 
 
 def _common_prefix(prompts: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> int:
