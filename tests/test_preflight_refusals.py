@@ -17,7 +17,9 @@ from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskError, TaskSpec
 from rlvr.train import preflight
 from rlvr.train.config import ConfigError, compose, compose_checked
-from rlvr.train.preflight import numeric_problems, ray_plan, verl_problems
+from rlvr.train.preflight import numeric_problems, verl_problems
+from rlvr.train.preflight_data import data_problems
+from rlvr.train.ray_cluster import ray_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,7 +250,7 @@ def test_data_that_is_not_parquet(tmp_path: Path, model_dir: Path) -> None:
         "countdown_cpu",
         [f"data.train_files={fake}", f"data.val_files={tmp_path / 'folder.parquet'}"],
     )
-    problems = preflight._data_problems(config, preflight.tasks.for_config(config))
+    problems = data_problems(config, preflight.tasks.for_config(config))
     assert problems[0].startswith(f"data.train_files: {fake} is not a Parquet file")
     assert problems[1].startswith(f"data.val_files: {tmp_path / 'folder.parquet'} is a folder")
 

@@ -6,6 +6,8 @@ Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key
 that are missing, not Parquet or of another task, a model path that will not load, numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
 GPUs, a running Ray cluster verl would join silently, and checkpoints that cannot fit the disk.
+The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
+verl config checks here also serve the sweep runner (rlvr/sweep/runner.py).
 """
 
 from __future__ import annotations
@@ -15,150 +17,18 @@ import copy
 import importlib.util
 import io
 import math
-import os
-import socket
 import sys
 import warnings
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from rlvr import tasks
-from rlvr.data.prep import DATA_COLUMNS
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
 from rlvr.train.batching import batching
 from rlvr.train.checkpoint_budget import estimate, human
-
-PARQUET_MAGIC = b"PAR1"  # a Parquet file starts and ends with it
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _parquet_problem(path: Path) -> str | None:
-    """Why ``path`` is not a Parquet file, from its magic bytes (cheap, before pyarrow)."""
-    if path.is_dir():
-        return "is a folder; point it at a .parquet file"
-    if not path.exists():
-        return "does not exist"
-    if not path.is_file():
-        return "is not a regular file (a pipe or device); point it at a .parquet file"
-    with path.open("rb") as handle:
-        head = handle.read(4)
-        handle.seek(max(0, path.stat().st_size - 4))
-        tail = handle.read(4)
-    if head != PARQUET_MAGIC or tail != PARQUET_MAGIC:
-        return "is not a Parquet file (no PAR1 magic bytes)"
-    return None
-
-
-def _data_files(files: Any) -> list[str]:
-    """``data.train_files``/``val_files`` as verl reads them: one path, or a list of paths."""
-    if isinstance(files, str):
-        return [files] if files.strip() else []
-    if files is None or isinstance(files, bool | int | float):
-        return []
-    try:
-        return [str(path) for path in files]
-    except TypeError:
-        return []
-
-
-def _is_list_of(kind: Any, fields: tuple[str, ...]) -> bool:
-    """Whether an Arrow type is a list of structs with these fields (verl's chat messages)."""
-    import pyarrow as pa
-
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-        return False
-    value = kind.value_type
-    return pa.types.is_struct(value) and all(value.get_field_index(f) >= 0 for f in fields)
-
-
-def _column_problem(path: str, schema: Any) -> str | None:
-    """Why the ``prompt`` or ``reward_model`` column is not what verl reads: chat messages
-    (a list of {role, content}) and a struct with ``ground_truth``. The types, then the first
-    rows' prompts (a null or empty message list fails only inside the dataloader)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    prompt = schema.field("prompt").type
-    if not _is_list_of(prompt, ("role", "content")):
-        return (
-            f"column prompt is {prompt}, not verl's chat messages (a list of {{role, content}}); "
-            "write it as [{'role': 'user', 'content': ...}]"
-        )
-    reward = schema.field("reward_model").type
-    if not (pa.types.is_struct(reward) and reward.get_field_index("ground_truth") >= 0):
-        return f"column reward_model is {reward}, not a struct with ground_truth"
-    batch = next(pq.ParquetFile(path).iter_batches(batch_size=16, columns=["prompt"]), None)
-    rows = [] if batch is None else batch.column(0).to_pylist()
-    for row, messages in enumerate(rows):
-        if not messages or any(
-            not isinstance(m, dict)
-            or not isinstance(m.get("role"), str)
-            or not isinstance(m.get("content"), str)
-            for m in messages
-        ):
-            return f"row {row}: prompt {messages!r} is not a non-empty list of {{role, content}}"
-    return None
-
-
-def _data_problems(config: Any, task: TaskSpec | None) -> list[str]:
-    """Each data file exists, is Parquet with verl's columns, has rows, and holds rows of the
-    task the reward grades (GSM8K rows under the Countdown reward would all score 0, silently)."""
-    import pyarrow.parquet as pq
-
-    problems = []
-    hint = f"; create it with: {task.prep_command}" if task else ""
-    for key in ("train_files", "val_files"):
-        files = config.data.get(key)
-        paths = _data_files(files)
-        if not paths:
-            problems.append(f"data.{key}={files}: names no file; set it to a .parquet file{hint}")
-            continue
-        for path in paths:
-            problem = _parquet_problem(Path(path))
-            if problem is not None:
-                problems.append(f"data.{key}: {path} {problem}{hint}")
-                continue
-            try:
-                parquet = pq.ParquetFile(path)
-                schema, rows = parquet.schema_arrow, parquet.metadata.num_rows
-            except Exception as exc:
-                problems.append(
-                    f"data.{key}: {path} is not readable Parquet ({_first_line(exc)}){hint}"
-                )
-                continue
-            missing = [c for c in DATA_COLUMNS if c not in schema.names]
-            if missing:
-                problems.append(f"data.{key}: {path} lacks column(s) {missing}{hint}")
-                continue
-            if rows == 0:
-                problems.append(f"data.{key}: {path} has no rows{hint}")
-                continue
-            try:
-                column_problem = _column_problem(path, schema)
-                table = pq.read_table(path, columns=["data_source"])
-            except Exception as exc:
-                problems.append(
-                    f"data.{key}: {path} is not readable Parquet ({_first_line(exc)}){hint}"
-                )
-                continue
-            if column_problem is not None:
-                problems.append(f"data.{key}: {path} {column_problem}{hint}")
-                continue
-            sources = sorted({str(s) for s in table.column("data_source").to_pylist()})
-            if task and sources != [task.data_source]:
-                problems.append(
-                    f"data.{key}: {path} holds data_source {sources}, but the reward grades "
-                    f"{task.name} ({task.data_source!r}); point data.{key} at {task.name} data"
-                    f"{hint}"
-                )
-    return problems
-
+from rlvr.train.preflight_data import data_problems
+from rlvr.train.preflight_text import first_line
+from rlvr.train.ray_cluster import ray_plan
 
 MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32
 
@@ -254,7 +124,7 @@ def verl_problems(config: Any) -> list[str]:
             warnings.simplefilter("ignore")
             validate(copy.deepcopy(config))
     except Exception as exc:
-        return [f"verl refuses this config: {_first_line(exc)}"]
+        return [f"verl refuses this config: {first_line(exc)}"]
     return []
 
 
@@ -277,7 +147,7 @@ def _reward_problems(config: Any, task: TaskSpec | None) -> list[str]:
         if not isinstance(result, dict) or "score" not in result:
             raise TypeError(f"{reward.name} returned {result!r}, not a dict with 'score'")
     except Exception as exc:
-        return [f"custom_reward_function: {reward.path}: {type(exc).__name__}: {_first_line(exc)}"]
+        return [f"custom_reward_function: {reward.path}: {type(exc).__name__}: {first_line(exc)}"]
     return []
 
 
@@ -302,7 +172,7 @@ def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     """Problems with a composed config, as messages; empty when it is ready to launch."""
     task = tasks.for_config(config)
-    problems = _data_problems(config, task)
+    problems = data_problems(config, task)
     model_path = str(config.actor_rollout_ref.model.path)
     model_problem = model_path_problem(model_path)
     if model_problem is not None:
@@ -318,67 +188,6 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     if not problems:  # the budget reads the data and the model: only once they are sound
         problems.extend(_checkpoint_problems(config))
     return problems
-
-
-def _ray_temp_dir(environ: Mapping[str, str]) -> Path:
-    """Ray's default temp dir, as ``ray._common.utils.get_ray_temp_dir`` picks it (without
-    importing Ray: seconds on a slow machine)."""
-    base = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
-    return Path(base) / "ray"
-
-
-def _answers(address: str, timeout_s: float = 1.0) -> bool:
-    """Whether something accepts TCP connections at ``host:port`` (a live Ray GCS)."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return False
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def ray_plan(config: Any, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
-    """What ``ray.init`` in verl's driver will do, and a problem when that is unsafe or doomed.
-
-    Without an address Ray joins the cluster the last ``ray start`` recorded in
-    ``<temp dir>/ray_current_cluster``: someone else's cluster, silently. That is refused;
-    joining is done on purpose with ``RAY_ADDRESS``.
-    """
-    environ = os.environ if environ is None else environ
-    ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
-    address = environ.get("RAY_ADDRESS") or ray_init.get("address") or ""
-    temp_dir = Path(str(ray_init.get("_temp_dir") or _ray_temp_dir(environ)))
-    record = temp_dir / "ray_current_cluster"
-    recorded = record.read_text().strip() if record.is_file() else ""
-    if not address:
-        if not recorded:
-            return "starting a local Ray for this run (it stops with the run)", None
-        state = "is running" if _answers(recorded) else "was left recorded (nothing answers)"
-        return "refusing to join a cluster silently", (
-            f"ray: a Ray cluster {state} at {recorded} ({record}), and verl would join it; "
-            "to join it set RAY_ADDRESS=auto, or stop it (bash scripts/ray_cluster.sh stop), "
-            "or give this run its own Ray: +ray_kwargs.ray_init._temp_dir=/tmp/ray-NAME"
-        )
-    if address == "local":
-        return "starting a separate local Ray (RAY_ADDRESS=local)", None
-    if address.startswith(("ray://", "http://", "https://")):
-        return f"joining the Ray cluster at {address} (RAY_ADDRESS)", None
-    target = recorded if address == "auto" else address
-    if not target or not _answers(target):
-        return "cannot join", (
-            f"RAY_ADDRESS={address}: no Ray cluster answers"
-            + (f" at {target}" if target else f" (none recorded in {record})")
-            + "; start one with `bash scripts/ray_cluster.sh head`, or unset RAY_ADDRESS"
-        )
-    fixed = [k for k in ("num_cpus", "num_gpus") if ray_init.get(k) is not None]
-    if fixed:  # ray.init refuses resource counts when it connects to a cluster
-        return "cannot join", (
-            f"RAY_ADDRESS={address}: ray_kwargs.ray_init sets {', '.join(fixed)} (a local-Ray "
-            "setting, e.g. hardware=cpu), which Ray refuses when joining; unset RAY_ADDRESS"
-        )
-    return f"joining the Ray cluster at {target} (RAY_ADDRESS={address})", None
 
 
 def _checkpoint_problems(config: Any) -> list[str]:
