@@ -2,16 +2,17 @@
 
 Usage: uv run --no-sync python benchmarks/compare_objectives.py [--out /tmp/cmp]
            [--presets grpo,dr_grpo,dapo,reinforce_nanochat,tuft_is] [--seeds 1,2]
-           [--timeout_min 20] [--deadline HH:MM] [--analyse_only]
+           [--timeout_min 20] [--deadline_min 90] [--analyse_only]
 
 1. Writes the quickstart's generated Countdown data (scripts/quickstart.sh's arguments, 32 test
    prompts) into OUT/data, offline.
 2. Runs every preset x seed of countdown_smollm2_cpu through the sweep runner (rlvr.sweep:
    OUT/sweep/runs/<point>/, checkpoints off, each point killed after --timeout_min), seed 1 of
-   every preset first; no run starts after --deadline (UTC). Validation before training and at
-   the last step samples 4 answers per test prompt at the training temperature (0.7), and verl
-   dumps every sample into the run's checkpoints/validation/<step>.jsonl.
-3. Prints and writes OUT/objectives.md (rlvr.sweep.compare.markdown_table) and
+   every preset first; no run starts later than --deadline_min minutes after the command began.
+   Validation before training and at the last step samples 4 answers per test prompt at the
+   training temperature (0.7), and verl dumps every sample into the run's
+   checkpoints/validation/<step>.jsonl.
+3. Prints and writes OUT/objectives.md (objective_comparison.markdown_table) and
    OUT/objectives_cpu.png (critic/score/mean per step, a colour per preset, a line per seed).
 """
 
@@ -20,10 +21,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import objective_comparison as compare  # beside this script, which python puts on sys.path
+
 from rlvr.common.paths import ROOT
-from rlvr.sweep import compare
 from rlvr.sweep.runner import checked_points
 
 EXPERIMENT = "countdown_smollm2_cpu"
@@ -31,13 +34,6 @@ PRESETS = "grpo,dr_grpo,dapo,reinforce_nanochat,tuft_is"
 # scripts/quickstart.sh's data: easy generated tasks, few-shot template.
 DATA_ARGS = ["--source", "generate", "--template", "fewshot", "--num_range", "2,2",
              "--max_number", "10", "--target_range", "1,20", "--train_size", "512"]  # fmt: skip
-
-
-def _clock_time(text: str) -> float:
-    try:
-        return compare.next_clock_time(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main() -> int:
@@ -50,10 +46,11 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.7, help="validation sampling")
     parser.add_argument("--timeout_min", type=float, default=20.0, help="hard limit per run")
     parser.add_argument(
-        "--deadline", type=_clock_time, help="HH:MM UTC (the next one): start no run after it"
+        "--deadline_min", type=float, help="start no run later than this many minutes from now"
     )
     parser.add_argument("--analyse_only", action="store_true", help="run nothing, read OUT")
     args = parser.parse_args()
+    deadline = None if args.deadline_min is None else time.time() + args.deadline_min * 60
 
     out = Path(args.out).resolve()
     presets = [p for p in args.presets.split(",") if p]
@@ -75,7 +72,7 @@ def main() -> int:
             check=True, cwd=ROOT,
         )  # fmt: skip
         checked_points(spec)  # every point's config through verl's checks before any run
-        compare.run_points(spec, sweep_dir, args.timeout_min * 60, args.deadline)
+        compare.run_points(spec, sweep_dir, args.timeout_min * 60, deadline)
 
     results, missing = compare.read_runs(spec, sweep_dir)
     groups = compare.by_preset(results, presets)

@@ -1,5 +1,6 @@
-"""Comparing objective presets on one recipe: runs through the sweep runner, then per-run and
-per-preset numbers from verl's validation dumps and the runs' metrics.jsonl.
+"""Comparing objective presets on one recipe (benchmarks/compare_objectives.py, its one user):
+runs through the sweep runner, then per-run and per-preset numbers from verl's validation dumps
+and the runs' metrics.jsonl.
 
 Per run: the sampled validation score before training (step 0) and at the last step, each a
 mean over prompts of the prompt's mean over its samples (verl's ``_dump_generations`` lines,
@@ -10,7 +11,6 @@ each prompt's numbers averaged over seeds first, so the interval is still over p
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import time
@@ -59,22 +59,6 @@ def comparison_spec(
         GridAxis(SEED_AXIS, SEED_AXIS, tuple(str(s) for s in seeds)),
     ]
     return SweepSpec(name=name, experiment=experiment, grid=grid, overrides=overrides)
-
-
-def next_clock_time(text: str, now: dt.datetime | None = None) -> float:
-    """``HH:MM`` (UTC) as epoch seconds: the next time the clock shows it, so a deadline given
-    before midnight for after midnight is tomorrow's, not a moment already past."""
-    hour_text, sep, minute_text = text.partition(":")
-    if not (sep and hour_text.isdigit() and minute_text.isdigit() and len(minute_text) == 2):
-        raise ValueError(f"{text!r} is not HH:MM")
-    hour, minute = int(hour_text), int(minute_text)
-    if hour > 23 or minute > 59:
-        raise ValueError(f"{text!r} is not a time of day (00:00-23:59)")
-    now = now or dt.datetime.now(dt.timezone.utc)
-    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    if at <= now:
-        at += dt.timedelta(days=1)
-    return at.timestamp()
 
 
 def seed_major(points: Sequence[GridPoint]) -> list[GridPoint]:
