@@ -64,22 +64,17 @@ DATA="$OUT/data/countdown"
 # SFT learns from the first train rows' known solutions, GRPO trains on the train rows, and every
 # eval uses the held-out test rows (no test task is in train: data prep drops such rows).
 DATA_ARGS=(--source generate --template plain --sft --num_range 2,3 --max_number 10 --target_range 1,30)
-# Eval samples and grades as GRPO trains: its response length, temperature and reward kwargs.
-read -r MAX_TOKENS TEMPERATURE CONFIG_STEPS REWARD_KWARGS < <("${PY[@]}" -c "import json, sys
-from omegaconf import OmegaConf
-from rlvr.train.config import compose
-c = compose(sys.argv[1], sys.argv[2:])
-kwargs = OmegaConf.to_container(c.custom_reward_function.reward_kwargs)
-print(c.data.max_response_length, c.actor_rollout_ref.rollout.temperature,
-      c.trainer.total_training_steps, json.dumps(kwargs, separators=(',', ':')))
-" "$CONFIG" "${OVERRIDES[@]}")
+# Eval samples and grades as GRPO trains (--experiment: its response length, temperature and
+# reward kwargs); the temperature is printed, and the experiment's step count is the default.
+read -r TEMPERATURE CONFIG_STEPS < <("${PY[@]}" -m rlvr.evaluation.settings "$CONFIG" \
+    "${OVERRIDES[@]}" --print temperature total_training_steps)
 STEPS="${STEPS:-$CONFIG_STEPS}"
 SFT_DIR="$OUT/checkpoints/sft/$RUN"
 CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
 METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
-    --batch_size 64 --max_tokens "$MAX_TOKENS" --reward_kwargs "$REWARD_KWARGS" --quiet --force)
-SAMPLED=(analyse --n "$SAMPLES" --temperature "$TEMPERATURE" --seed 0)
+    --batch_size 64 --experiment "$CONFIG" --quiet --force)
+SAMPLED=(analyse --n "$SAMPLES" --seed 0)
 probe() {  # MODEL_DIR NAME: the signal probe (sampled, as GRPO samples), its verdict printed
     "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" > "$OUT/probe_$2.md"
     grep -E "^\| (format rate|accuracy \(success rate\)|prompts with nonzero variance) \||^\*\*Verdict" \

@@ -3,6 +3,7 @@ never mix two runs, and bad input."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from rlvr import tasks
 from rlvr.evaluation import cli as eval_cli
-from rlvr.evaluation import metrics, outputs, records, reports, selection
+from rlvr.evaluation import metrics, outputs, records, reports, selection, settings
 from rlvr.evaluation import runs as evaluation
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Generation, SamplingSettings
@@ -349,8 +350,12 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
     assert _snapshot(notes) == {"todo.txt": b"keep"}
 
 
+def _namespace(argv: list[str]) -> argparse.Namespace:
+    return eval_cli.parse(eval_cli.build_parser("countdown", "d"), argv)
+
+
 def _parse(argv: list[str]) -> dict:
-    return vars(eval_cli.build_parser("countdown", "d").parse_args(eval_cli.command_first(argv)))
+    return vars(_namespace(argv))
 
 
 def test_options_before_or_after_the_command() -> None:
@@ -364,8 +369,12 @@ def test_options_before_or_after_the_command() -> None:
     assert _parse([])["command"] == "reward"
     # an option's value that names a command is still the value
     assert _parse(["--output", "passk", "--quiet", "analyse"])["output"] == "passk"
-    assert eval_cli.command_first(["--help"]) == ["--help"]
-    for bad in (["reward", "--n", "3"], ["passk", "--rollout_n", "3"], ["nonsense"]):
+    # after the command wins; a run command's own --output may come first
+    assert _parse(["--limit", "3", "reward", "--limit", "4"])["limit"] == 4
+    assert _parse(["--output", "t.md", "compare", "a", "b"])["output"] == "t.md"
+    assert _parse(["compare", "a", "b"])["output"] is None
+    bad_lines = (["reward", "--n", "3"], ["passk", "--rollout_n", "3"], ["nonsense"])
+    for bad in (*bad_lines, ["--limit", "3", "stats", "--input", "r"], ["--n", "3", "passk"]):
         with pytest.raises(SystemExit):
             _parse(bad)
 
@@ -660,10 +669,9 @@ def test_model_folders_that_cannot_load_are_refused(
 
 def test_experiment_without_template_kwargs() -> None:
     """gsm8k_qwen2_5_3b sets no apply_chat_template_kwargs: {} rather than a crash."""
-    reward_kwargs, template_kwargs = evaluation.experiment_settings(
-        "gsm8k_qwen2_5_3b", tasks.get("gsm8k")
-    )
-    assert template_kwargs == {} and reward_kwargs == {"method": "strict", "format_score": 0.0}
+    found = settings.experiment_settings("gsm8k_qwen2_5_3b", tasks.get("gsm8k"))
+    assert found.template_kwargs == {}
+    assert found.reward_kwargs == {"method": "strict", "format_score": 0.0}
 
 
 def test_compare_refuses_incomplete_or_mixed_runs(
@@ -707,9 +715,60 @@ def test_cli_bad_data_columns(tmp_path: Path, tiny_model_dir: Path, capsys) -> N
 
 
 def test_experiment_settings_match_training_config() -> None:
-    reward_kwargs, template_kwargs = evaluation.experiment_settings("countdown_qwen3_4b")
-    assert reward_kwargs == {"format_score": 0.1, "shaping": False}
-    assert template_kwargs == {"enable_thinking": False}
+    found = settings.experiment_settings("countdown_qwen3_4b")
+    assert found.reward_kwargs == {"format_score": 0.1, "shaping": False}
+    assert found.template_kwargs == {"enable_thinking": False}
+
+
+def test_eval_samples_as_the_experiment_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """countdown_smollm2_cpu trains on short responses: eval's default max_tokens is that
+    experiment's, not the overlay's 1024; an explicit flag still wins."""
+    from rlvr.evaluation import commands
+    from rlvr.train.config import compose
+
+    trained = compose("countdown_smollm2_cpu")
+    overlay = settings.overlay_settings(tasks.get("countdown"))
+    assert trained.data.max_response_length != overlay.max_response_length  # else no test
+    task = tasks.get("countdown")
+
+    def sampling(*argv: str) -> SamplingSettings:
+        args = _namespace(list(argv))
+        found = settings.eval_settings(task, args.experiment, args.reward_kwargs)
+        return commands.sampling_settings(args, found)
+
+    experiment = ("--experiment", "countdown_smollm2_cpu")
+    assert sampling("analyse", *experiment).max_tokens == trained.data.max_response_length
+    assert sampling("analyse").max_tokens == overlay.max_response_length
+    assert sampling("analyse", *experiment, "--max_tokens", "7").max_tokens == 7
+    rollout = trained.actor_rollout_ref.rollout
+    found = sampling("passk", *experiment)
+    assert (found.temperature, found.top_p) == (rollout.temperature, rollout.top_p)
+    assert sampling("passk", *experiment, "--temperature", "0.5").temperature == 0.5
+    assert sampling("reward", *experiment).temperature == SamplingSettings().temperature
+
+
+def test_experiment_max_tokens_reaches_the_backend(
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, tiny_tokenizer, monkeypatch
+) -> None:
+    """``--experiment countdown_smollm2_cpu``: the generation call gets its response length."""
+    from rlvr.evaluation import generation
+    from rlvr.train.config import compose
+
+    seen: list[SamplingSettings] = []
+
+    class Recording:
+        name, tokenizer = "recording", tiny_tokenizer
+
+        def generate(self, prompts, sampling: SamplingSettings):
+            seen.append(sampling)
+            return [[Generation("no idea", 1, "stop", [-0.5])] * sampling.n for _ in prompts]
+
+    monkeypatch.setattr(generation, "make_backend", lambda *a, **k: Recording())
+    argv = ["analyse", "--model_path", str(tiny_model_dir), "--data", str(countdown_data)]
+    argv += ["--limit", "2", "--n", "2", "--quiet", "--output", str(tmp_path / "run")]
+    assert eval_cli.main("countdown", "t", [*argv, "--experiment", "countdown_smollm2_cpu"]) == 0
+    assert seen and seen[0].max_tokens == compose("countdown_smollm2_cpu").data.max_response_length
+    assert seen[0].max_tokens < 1024  # the overlay's, which eval used before
 
 
 def test_default_output_dir_names_the_checkpoint() -> None:

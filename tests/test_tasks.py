@@ -10,6 +10,7 @@ import pytest
 
 from rlvr import tasks
 from rlvr.data.prep import DATA_COLUMNS
+from rlvr.evaluation.settings import overlay_settings
 from rlvr.tasks import TaskSpec, prep_cli
 from rlvr.train.config import compose, experiments
 
@@ -27,7 +28,7 @@ def test_default_experiment_composes_with_the_tasks_own_reward(spec: TaskSpec) -
 def test_offline_data_is_graded_by_the_tasks_reward(spec: TaskSpec, tmp_path: Path) -> None:
     spec.offline_data(tmp_path / spec.name, 6, 4)
     reward = spec.load_reward()
-    kwargs, _ = spec.training_settings()
+    kwargs = overlay_settings(spec).reward_kwargs
     frame = pd.read_parquet(tmp_path / spec.name / "train.parquet")
     assert len(frame) == 6 and set(DATA_COLUMNS) <= set(frame.columns)
     assert set(frame["data_source"]) == {spec.data_source}
@@ -74,7 +75,7 @@ def test_split_sizes_are_checked_before_any_work(
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_check_reward_kwargs_refuses_a_typo_listing_the_valid_names(spec: TaskSpec) -> None:
-    kwargs, _ = spec.training_settings()
+    kwargs = overlay_settings(spec).reward_kwargs
     spec.check_reward_kwargs(kwargs)  # negative control: the overlay's own kwargs pass
     spec.check_reward_kwargs({})
     with pytest.raises(tasks.TaskError, match=r"unknown reward kwarg 'formt_score'.*valid: ") as e:

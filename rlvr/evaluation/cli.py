@@ -1,9 +1,11 @@
 """The command line shared by ``scripts/eval_countdown.py`` and ``scripts/eval_gsm8k.py``.
 
-The model commands (``reward``, ``passk``, ``analyse``) own the common options, each default
-stated once, in ``COMMON_OPTIONS``. Common options may also come before the command
-(``--model_path X analyse`` and ``analyse --model_path X`` both work): ``command_first`` moves
-them after it before argparse reads the line. With no command, ``reward`` runs.
+The model commands (``reward``, ``passk``, ``analyse``) share the common options, each stated
+once in ``COMMON_OPTIONS``. argparse reads them before the command (on the main parser) and after
+it (a parent parser of each model command), so ``--model_path X analyse`` and
+``analyse --model_path X`` both work. Neither copy has a default (``argparse.SUPPRESS``): a
+subcommand's defaults would overwrite what the main parser read, so ``parse`` fills them in
+afterwards. With no command, ``reward`` runs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from rlvr.evaluation.errors import EvalError
 COMMANDS = ("reward", "passk", "analyse", "stats", "filter", "compare")
 MODEL_COMMANDS = ("reward", "passk", "analyse")
 DEFAULT_COMMAND = "reward"
-HELP = ("-h", "--help")
 Subcommands = argparse._SubParsersAction  # what add_subparsers returns
 
 
@@ -119,12 +120,20 @@ class Option:
     choices: tuple[str, ...] | None = None
     switch: bool = False  # store_true: takes no value
 
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-")
+
     def add_to(self, parser: argparse.ArgumentParser, task: str) -> None:
-        text = self.help.replace("{task}", task)
+        """Adds the option with no default (see the module docstring); ``%(default)s`` in its
+        help is filled here."""
+        text = self.help.replace("{task}", task).replace("%(default)s", str(self.default))
         if self.switch:
-            parser.add_argument(self.name, action="store_true", help=text)
+            parser.add_argument(
+                self.name, action="store_true", default=argparse.SUPPRESS, help=text
+            )
             return
-        settings: dict[str, Any] = {"default": self.default, "help": text}
+        settings: dict[str, Any] = {"default": argparse.SUPPRESS, "help": text}
         if self.type is not None:
             settings["type"] = self.type
         if self.choices is not None:
@@ -144,7 +153,7 @@ COMMON_OPTIONS = (
     Option("--seed", "sampling seed (%(default)s)", default=0, type=int_in(0, 2**32 - 1)),
     Option(
         "--max_tokens",
-        "max new tokens per response (default: the task's max_response_length)",
+        "max new tokens per response (default: the experiment's max_response_length)",
         type=int_in(1, MAX_TOKENS),
     ),
     Option(
@@ -167,8 +176,8 @@ COMMON_OPTIONS = (
     Option("--force", "replace an existing --output, once the new run has completed", switch=True),
     Option(
         "--experiment",
-        "take reward and chat-template kwargs from this training experiment "
-        "(default: the task overlay's reward kwargs, no template kwargs)",
+        "sample and grade as this training experiment does: its max_response_length, rollout "
+        "temperature and top_p, chat-template and reward kwargs (default: the task overlay's)",
     ),
     Option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
     Option(
@@ -186,47 +195,18 @@ COMMON_OPTIONS = (
 )
 
 
-def _takes_value(token: str) -> bool:
-    """Whether a common option (or an unambiguous prefix of one) reads the next token."""
-    if "=" in token:
-        return False
-    matches = [o for o in COMMON_OPTIONS if o.name == token] or [
-        o for o in COMMON_OPTIONS if o.name.startswith(token)
-    ]
-    return bool(matches) and not matches[0].switch
-
-
-def command_first(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the command first: the options before it move after it, and with no
-    command at all, ``reward`` is the command. Help, or a first word that is not a command, is
-    left for argparse to answer."""
-    i = 0
-    while i < len(argv) and argv[i].startswith("-") and argv[i] not in HELP:
-        i += 2 if _takes_value(argv[i]) else 1
-    before, rest = list(argv[:i]), list(argv[i:])
-    if not rest:
-        return [DEFAULT_COMMAND, *before]
-    if rest[0] in COMMANDS:
-        return [rest[0], *before, *rest[1:]]
-    if before and rest[0] not in HELP:  # options, then a stray word: name the word, not a value
-        return [DEFAULT_COMMAND, *argv]
-    return list(argv)
-
-
 def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> None:
     add = parser.add_argument
     add(
         "--temperature",
         type=_temperature,
-        default=1.0,
         help=f"sampling temperature, {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g} (0: greedy, "
-        "--n 1 only); use training's rollout temperature (%(default)s)",
+        "--n 1 only); default: the experiment's rollout temperature, else 1.0",
     )
     add(
         "--top_p",
         type=float_in(0.0, 1.0, low_open=True),
-        default=1.0,
-        help="nucleus sampling, in (0, 1] (%(default)s)",
+        help="nucleus sampling, in (0, 1]; default: the experiment's rollout top_p, else 1.0",
     )
     alias = f"; {', '.join(n_aliases)} is an alias" if n_aliases else ""
     add(
@@ -239,10 +219,16 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
     )
 
 
-def _add_model_commands(commands: Subcommands, task: str) -> None:
+def common_options(task: str) -> argparse.ArgumentParser:
+    """A parent parser holding ``COMMON_OPTIONS``."""
     common = OneLineParser(add_help=False)
     for option in COMMON_OPTIONS:
         option.add_to(common, task)
+    return common
+
+
+def _add_model_commands(commands: Subcommands, task: str) -> None:
+    common = common_options(task)
     commands.add_parser(
         "reward",
         parents=[common],
@@ -290,12 +276,22 @@ def _add_run_commands(commands: Subcommands) -> None:
                 required=True,
                 help="Parquet to write, e.g. artifacts/data/countdown/train_learnable.parquet",
             )
-            sub.add_argument("--force", action="store_true", help="replace an existing --output")
+            _add_force(sub)
     compare = commands.add_parser("compare", help="Markdown table of two runs with deltas")
     compare.add_argument("base", help="run folder or summary.json of the base model")
     compare.add_argument("trained", help="run folder or summary.json of the trained model")
-    compare.add_argument("--output", help="also write the table here")
-    compare.add_argument("--force", action="store_true", help="replace an existing --output")
+    compare.add_argument("--output", default=argparse.SUPPRESS, help="also write the table here")
+    _add_force(compare)
+
+
+def _add_force(parser: argparse.ArgumentParser) -> None:
+    """A run command's ``--force``, with no default, like the common options' (see ``parse``)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="replace an existing --output",
+    )
 
 
 def build_parser(task: str, description: str) -> argparse.ArgumentParser:
@@ -304,16 +300,52 @@ def build_parser(task: str, description: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"commands (default {DEFAULT_COMMAND}): {', '.join(COMMANDS)}; see COMMAND --help.\n"
         f"The options of {', '.join(MODEL_COMMANDS)} may also come before the command.",
+        parents=[common_options(task)],
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_model_commands(commands, task)
     _add_run_commands(commands)
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed line, the common options' defaults filled in; with no command, ``reward``.
+    Common options a run command has no use for (``--limit 3 stats``) are refused; its own
+    ``--output`` and ``--force`` may come before it too."""
+    unknown = _unknown_option_before_command(parser, argv)
+    if unknown:  # else argparse takes its value for the command: "invalid choice: '1'"
+        parser.error(f"unrecognized arguments: {unknown}")
+    args = parser.parse_args(argv)
+    args.command = args.command or DEFAULT_COMMAND
+    if args.command not in MODEL_COMMANDS:
+        own = {"output", "force"} if args.command != "stats" else set()
+        stray = [o.name for o in COMMON_OPTIONS if o.dest in vars(args) and o.dest not in own]
+        if stray:
+            parser.error(
+                f"{stray[0]} is an option of {', '.join(MODEL_COMMANDS)}, not of {args.command}"
+            )
+    for option in COMMON_OPTIONS:
+        if option.dest not in vars(args):
+            setattr(args, option.dest, False if option.switch else option.default)
+    return args
+
+
+def _unknown_option_before_command(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> str | None:
+    """The first ``--flag`` before the command that names (or abbreviates) no option."""
+    known = [name for action in parser._actions for name in action.option_strings]
+    for token in argv:
+        if token in COMMANDS:
+            return None
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and not any(name.startswith(flag) for name in known):
+            return token
+    return None
+
+
 def main(task_name: str, description: str, argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(task_name, description)
-    args = parser.parse_args(command_first(sys.argv[1:] if argv is None else argv))
+    args = parse(build_parser(task_name, description), sys.argv[1:] if argv is None else argv)
     try:
         with sigterm_as_interrupt():
             return _dispatch(task_name, args)

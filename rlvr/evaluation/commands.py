@@ -23,10 +23,10 @@ from rlvr.evaluation.outputs import (
     refuse_existing_run,
     write_new_text,
 )
-from rlvr.evaluation.records import JSONDict, Summary, load_summary
+from rlvr.evaluation.records import Summary, load_summary
 from rlvr.evaluation.reports import compare_markdown, stats_markdown, summary_markdown
 from rlvr.evaluation.selection import filter_learnable, high_value_prompts, load_prompt_records
-from rlvr.tasks import TaskSpec
+from rlvr.evaluation.settings import RunSettings, eval_settings
 
 
 def compare(base: str, trained: str, output: str | None, force: bool) -> int:
@@ -80,33 +80,16 @@ def filter_prompts(
     return 0
 
 
-def grading_settings(task: TaskSpec, args: argparse.Namespace) -> tuple[JSONDict, JSONDict, int]:
-    """Reward kwargs, chat-template kwargs and max response length: the task overlay's or the
-    ``--experiment``'s, with ``--reward_kwargs`` / ``--template_kwargs`` on top. The reward
-    kwargs are checked by name and value, each blamed on where it came from."""
-    reward_kwargs, max_response_length = task.training_settings()
-    template_kwargs: JSONDict = {}
-    origin = f"reward_kwargs of {task.overlay}"
-    if args.experiment:
-        reward_kwargs, template_kwargs = runs.experiment_settings(args.experiment, task)
-        origin = f"--experiment {args.experiment} (its reward_kwargs)"
-    runs.check_reward_kwargs(task, reward_kwargs, origin)
-    if args.reward_kwargs:
-        reward_kwargs.update(args.reward_kwargs)
-        runs.check_reward_kwargs(task, reward_kwargs, "--reward_kwargs")
-    if args.experiment:
-        origin = f"--experiment {args.experiment} (its apply_chat_template_kwargs)"
-        runs.check_template_kwargs(template_kwargs, origin)
-    runs.check_template_kwargs(args.template_kwargs or {}, "--template_kwargs")
-    template_kwargs.update(args.template_kwargs or {})
-    return reward_kwargs, template_kwargs, max_response_length
-
-
-def sampling_settings(args: argparse.Namespace, max_response_length: int) -> SamplingSettings:
-    """The command's sampling options; ``reward`` has none and decodes greedily."""
-    given = {key: getattr(args, key) for key in ("n", "temperature", "top_p") if key in args}
+def sampling_settings(args: argparse.Namespace, settings: RunSettings) -> SamplingSettings:
+    """The command's sampling options, where not given the training rollout's (temperature,
+    top_p) and response length; ``reward`` has none and decodes greedily."""
+    given = {"n": args.n} if "n" in args else {}
+    for key in ("temperature", "top_p"):
+        if key in args:
+            flag, trained = getattr(args, key), getattr(settings, key)
+            given[key] = flag if flag is not None else (1.0 if trained is None else trained)
     return SamplingSettings(
-        max_tokens=args.max_tokens or max_response_length, seed=args.seed, **given
+        max_tokens=args.max_tokens or settings.max_response_length, seed=args.seed, **given
     )
 
 
@@ -140,10 +123,10 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
     output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
     refuse_existing_run(output_dir, args.force)
-    reward_kwargs, template_kwargs, max_response_length = grading_settings(task, args)
+    settings = eval_settings(task, args.experiment, args.reward_kwargs, args.template_kwargs)
     data_path = args.data or str(task.eval_data)
     rows = runs.load_rows(data_path, args.limit, task)
-    sampling = sampling_settings(args, max_response_length)
+    sampling = sampling_settings(args, settings)
     ks = checked_ks(args.command, args, sampling)
     check_context(source, sampling.max_tokens)
     backend = make_backend(args.backend, source, batch_size=args.batch_size)
@@ -153,8 +136,8 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         data_path=data_path,
         output_dir=output_dir,
         backend=backend,
-        reward_kwargs=reward_kwargs,
-        template_kwargs=template_kwargs,
+        reward_kwargs=settings.reward_kwargs,
+        template_kwargs=settings.template_kwargs,
         # HF: enough prompts to fill a decoding batch; vLLM: large chunks, it schedules itself.
         prompts_per_chunk=max(1, args.batch_size // sampling.n) if backend.name == "hf" else 256,
         progress=not args.quiet,

@@ -39,6 +39,7 @@ from rlvr.evaluation.records import (
     write_jsonl,
 )
 from rlvr.evaluation.reports import summary_markdown
+from rlvr.evaluation.settings import check_reward_kwargs
 from rlvr.tasks import TaskSpec
 
 Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus "_index"
@@ -51,38 +52,6 @@ class Grader:
 
     compute_score: RewardFunction
     answer_key: Callable[..., object] | None = None
-
-
-def experiment_settings(experiment: str, task: TaskSpec | None = None) -> tuple[JSONDict, JSONDict]:
-    """Reward kwargs and chat-template kwargs of a composed training experiment (of ``task``,
-    when given: another task's kwargs would grade with the wrong settings)."""
-    from rlvr import tasks
-    from rlvr.train.config import compose, experiments
-
-    if experiment not in experiments():
-        raise EvalError(
-            f"--experiment {experiment!r}: no such experiment; choose one of {experiments()}"
-        )
-    config = compose(experiment)
-    trained = tasks.for_config(config)
-    if task is not None and trained is not None and trained.name != task.name:
-        raise EvalError(
-            f"--experiment {experiment}: trains {trained.name}, not {task.name}; pass a "
-            f"{task.name} experiment or use scripts/eval_{trained.name}.py"
-        )
-    reward_kwargs = config.custom_reward_function.get("reward_kwargs")
-    template_kwargs = config.data.get("apply_chat_template_kwargs")  # absent in some experiments
-    return _config_object(reward_kwargs), _config_object(template_kwargs)
-
-
-def _config_object(value: object) -> JSONDict:
-    """A config node (or None, when the experiment leaves it out) as a plain JSON object."""
-    from omegaconf import OmegaConf
-
-    if value is None:
-        return {}
-    converted = jsonable(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-    return converted if isinstance(converted, dict) else {}
 
 
 # ---------------------------------------------------------------- prompts
@@ -165,46 +134,6 @@ def prompt_problem(prompt: object) -> str | None:
             if not isinstance(message.get(key), str):
                 return f"message {number} has no {key} string"
     return None
-
-
-def check_reward_kwargs(task: TaskSpec, kwargs: JSONDict, origin: str) -> None:
-    """Reward kwargs by name and value, as the reward will read them: a typo (``formt_score``)
-    is refused here rather than ignored by the reward and recorded in the summary."""
-    from rlvr.tasks import TaskError
-
-    try:
-        task.check_reward_kwargs(kwargs)
-    except TaskError as exc:
-        raise EvalError(f"{origin}: {exc}") from None
-
-
-# apply_chat_template's own arguments: eval (like verl's RLHFDataset) sets the first three
-# itself, and the rest change what it returns or conflict with add_generation_prompt.
-RESERVED_TEMPLATE_KWARGS = (
-    "conversation",
-    "add_generation_prompt",
-    "tokenize",
-    "continue_final_message",
-    "padding",
-    "truncation",
-    "max_length",
-    "return_tensors",
-    "return_dict",
-    "return_assistant_tokens_mask",
-    "tokenizer_kwargs",
-)
-
-
-def check_template_kwargs(kwargs: JSONDict, origin: str) -> None:
-    """Chat-template kwargs that apply_chat_template reserves (``tokenize``...) are refused:
-    passed on, they would fail (or change the prompt) only after the model has loaded."""
-    reserved = [key for key in kwargs if key in RESERVED_TEMPLATE_KWARGS]
-    if reserved:
-        raise EvalError(
-            f"{origin}: {', '.join(reserved)}: apply_chat_template's own argument(s), which eval "
-            "sets itself (add_generation_prompt=True, tokenize=False, as verl renders prompts) "
-            "or which change what it returns; pass template variables only, e.g. enable_thinking"
-        )
 
 
 def render_prompt(

@@ -111,14 +111,6 @@ class TaskSpec:
         ``validate_reward_kwargs`` (or, in a reward without one, its signature)."""
         check_reward_kwargs(self.reward_file, kwargs, self.name)
 
-    def training_settings(self) -> tuple[dict[str, Any], int]:
-        """The overlay's reward kwargs and max response length (what training uses)."""
-        from omegaconf import OmegaConf
-
-        overlay = OmegaConf.load(self.overlay)
-        kwargs: Any = OmegaConf.to_container(overlay.custom_reward_function.reward_kwargs)
-        return dict(kwargs), int(overlay.data.max_response_length)
-
 
 def load_reward_function(path: Path, name: str = "compute_score") -> RewardFunction:
     """``name`` from a reward file, loaded by path the way verl's reward manager does."""

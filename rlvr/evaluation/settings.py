@@ -1,0 +1,198 @@
+"""The training settings eval samples and grades with, read from one training config.
+
+With ``--experiment NAME`` that config is the experiment as the launcher composes it
+(``rlvr.train.config.compose``); without one it is the task's overlay
+(``configs/task/<name>.yaml``): every experiment of the task starts from it, and a task kept
+outside configs/ has one even where its default experiment trains another task. Both are read by
+the same keys, the ones verl's trainer reads:
+
+- ``data.max_response_length``: eval's default ``--max_tokens``;
+- ``actor_rollout_ref.rollout.temperature`` / ``top_p``: the sampling commands' defaults;
+- ``data.apply_chat_template_kwargs``: how prompts are rendered (verl's ``RLHFDataset``);
+- ``custom_reward_function.reward_kwargs``: how responses are graded.
+
+Explicit flags win over the config; every kwarg is checked before the model loads.
+
+``python -m rlvr.evaluation.settings EXPERIMENT [OVERRIDE ...] [--print FIELD ...]`` prints
+them (scripts/quickstart.sh reads its temperature and step count from it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.records import JSONDict, jsonable
+from rlvr.tasks import TaskSpec
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a training config says about sampling and grading (None: the config sets none)."""
+
+    origin: str  # where they came from, named in errors: "--experiment X" or the overlay path
+    max_response_length: int
+    reward_kwargs: JSONDict
+    template_kwargs: JSONDict
+    temperature: float | None = None
+    top_p: float | None = None
+    total_training_steps: int | None = None
+
+
+def from_config(config: Any, origin: str) -> RunSettings:
+    """The settings at verl's keys of a config (an OmegaConf node)."""
+    from omegaconf import OmegaConf
+
+    def value(key: str) -> Any:
+        found = OmegaConf.select(config, key, default=None)
+        return OmegaConf.to_container(found) if OmegaConf.is_config(found) else found
+
+    def number(key: str, kind: type) -> Any:
+        found = value(key)
+        return None if found is None else kind(found)
+
+    return RunSettings(
+        origin=origin,
+        max_response_length=int(value("data.max_response_length")),
+        reward_kwargs=_json_object(value("custom_reward_function.reward_kwargs")),
+        template_kwargs=_json_object(value("data.apply_chat_template_kwargs")),
+        temperature=number("actor_rollout_ref.rollout.temperature", float),
+        top_p=number("actor_rollout_ref.rollout.top_p", float),
+        total_training_steps=number("trainer.total_training_steps", int),
+    )
+
+
+def _json_object(value: object) -> JSONDict:
+    """A config mapping (or None, where the config leaves it out) as a plain JSON object."""
+    converted = jsonable(value)
+    return converted if isinstance(converted, dict) else {}
+
+
+def overlay_settings(task: TaskSpec) -> RunSettings:
+    """The task overlay's settings: eval's defaults without ``--experiment``."""
+    from omegaconf import OmegaConf
+
+    return from_config(OmegaConf.load(task.overlay), str(task.overlay))
+
+
+def experiment_settings(
+    experiment: str, task: TaskSpec | None = None, overrides: Sequence[str] = ()
+) -> RunSettings:
+    """The settings of a composed training experiment (of ``task``, when given: another task's
+    kwargs would grade with the wrong settings)."""
+    from rlvr import tasks
+    from rlvr.train.config import compose, experiments
+
+    if experiment not in experiments():
+        raise EvalError(
+            f"--experiment {experiment!r}: no such experiment; choose one of {experiments()}"
+        )
+    config = compose(experiment, list(overrides))
+    trained = tasks.for_config(config)
+    if task is not None and trained is not None and trained.name != task.name:
+        raise EvalError(
+            f"--experiment {experiment}: trains {trained.name}, not {task.name}; pass a "
+            f"{task.name} experiment or use scripts/eval_{trained.name}.py"
+        )
+    return from_config(config, f"--experiment {experiment}")
+
+
+def check_reward_kwargs(task: TaskSpec, kwargs: JSONDict, origin: str) -> None:
+    """Reward kwargs by name and value, as the reward will read them: a typo (``formt_score``)
+    is refused here rather than ignored by the reward and recorded in the summary."""
+    from rlvr.tasks import TaskError
+
+    try:
+        task.check_reward_kwargs(kwargs)
+    except TaskError as exc:
+        raise EvalError(f"{origin}: {exc}") from None
+
+
+# apply_chat_template's own arguments: eval (like verl's RLHFDataset) sets the first three
+# itself, and the rest change what it returns or conflict with add_generation_prompt.
+RESERVED_TEMPLATE_KWARGS = (
+    "conversation",
+    "add_generation_prompt",
+    "tokenize",
+    "continue_final_message",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+
+
+def check_template_kwargs(kwargs: JSONDict, origin: str) -> None:
+    """Chat-template kwargs that apply_chat_template reserves (``tokenize``...) are refused:
+    passed on, they would fail (or change the prompt) only after the model has loaded."""
+    reserved = [key for key in kwargs if key in RESERVED_TEMPLATE_KWARGS]
+    if reserved:
+        raise EvalError(
+            f"{origin}: {', '.join(reserved)}: apply_chat_template's own argument(s), which eval "
+            "sets itself (add_generation_prompt=True, tokenize=False, as verl renders prompts) "
+            "or which change what it returns; pass template variables only, e.g. enable_thinking"
+        )
+
+
+def eval_settings(
+    task: TaskSpec,
+    experiment: str | None,
+    reward_kwargs: JSONDict | None = None,
+    template_kwargs: JSONDict | None = None,
+) -> RunSettings:
+    """The experiment's settings (the overlay's without one) with the ``--reward_kwargs`` /
+    ``--template_kwargs`` flags on top; each kwarg checked and blamed on where it came from."""
+    settings = experiment_settings(experiment, task) if experiment else overlay_settings(task)
+    check_reward_kwargs(task, settings.reward_kwargs, f"reward_kwargs of {settings.origin}")
+    check_template_kwargs(
+        settings.template_kwargs, f"apply_chat_template_kwargs of {settings.origin}"
+    )
+    check_template_kwargs(template_kwargs or {}, "--template_kwargs")
+    merged_reward = {**settings.reward_kwargs, **(reward_kwargs or {})}
+    if reward_kwargs:
+        check_reward_kwargs(task, merged_reward, "--reward_kwargs")
+    return RunSettings(
+        **{
+            **asdict(settings),
+            "reward_kwargs": merged_reward,
+            "template_kwargs": {**settings.template_kwargs, **(template_kwargs or {})},
+        }
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rlvr.common.cli import OneLineParser
+
+    fields = [name for name in RunSettings.__dataclass_fields__ if name != "origin"]
+    parser = OneLineParser(description="Print a training experiment's eval settings.")
+    parser.add_argument("experiment", help="a training experiment (configs/NAME.yaml)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as the launcher takes them")
+    parser.add_argument(
+        "--print",
+        nargs="+",
+        choices=fields,
+        dest="fields",
+        help="print these values on one line, space-separated (default: all, as JSON)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        settings = asdict(experiment_settings(args.experiment, overrides=args.overrides))
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.fields:
+        print(" ".join(json.dumps(settings[name], separators=(",", ":")) for name in args.fields))
+    else:
+        print(json.dumps(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
