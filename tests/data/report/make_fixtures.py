@@ -1,4 +1,4 @@
-"""Writes the constructed run folders of tests/test_report.py (countdown_run, gsm8k_run).
+"""Writes the constructed run folders (countdown_run, gsm8k_run) of the report tests.
 
 Usage: uv run --no-sync python tests/data/report/make_fixtures.py
 
