@@ -69,7 +69,8 @@ RULES = (
 #: Extra instruction for the `think` template (Qwen3-style reasoning before the answer).
 THINK_INSTRUCTION = "Show your reasoning in <think> </think> tags, then give the final answer."
 
-#: The seed's few-shot example, prepended by the `fewshot` template.
+#: The few-shot example of TuFT's Countdown RL guide (github.com/agentscope-ai/TuFT,
+#: docs/sphinx_doc/source/user-guide/countdown-rl.md), prepended by the `fewshot` template.
 FEWSHOT_EXAMPLE = (
     "Q: Using the numbers 2, 3, 7, reach the target number 13. " + RULES + "\n"
     "A: <answer>(2 * 3) + 7</answer>"

@@ -235,9 +235,3 @@ def test_working_install_is_kept(tmp_path: Path) -> None:
         ["sync", "--extra", "gpu", "--locked"],
     ]
     assert "already imports: keeping it" in out
-
-
-def test_installation_doc_names_the_script() -> None:
-    doc = (ROOT / "docs" / "INSTALLATION.md").read_text()
-    assert "bash scripts/install_gpu.sh" in doc
-    assert "--no-flash-attn" in doc and "published no\nwheel for torch 2.8" in doc

@@ -155,8 +155,9 @@ def test_verdict_partial_credit(accuracy: float, spread: float, label: str) -> N
 
 
 def test_outcome_entropy_matches_seed_scale() -> None:
-    # The seed's 0.2-0.8 entropy band, read as outcome entropy in bits, is success rates of
-    # about 3%-24% (or 76%-97%): the same band the accuracy guidance describes.
+    # verl-study's 0.2-0.8 entropy band (github.com/luohao-brian/verl-study, README), read as
+    # outcome entropy in bits, is success rates of about 3%-24% (or 76%-97%): the same band the
+    # accuracy guidance describes.
     low = next(p / 1000 for p in range(1, 500) if metrics.binary_entropy(p / 1000) >= 0.2)
     high = next(p / 1000 for p in range(1, 500) if metrics.binary_entropy(p / 1000) >= 0.8)
     assert 0.02 < low < 0.04 and 0.23 < high < 0.25

@@ -73,7 +73,7 @@ def test_grpo_is_the_default_and_what_grpo_yaml_held() -> None:
     assert config.actor_rollout_ref.rollout.temperature == 1.0
 
 
-def test_every_preset_sets_the_same_knobs_and_names_its_source() -> None:
+def test_every_preset_sets_the_same_knobs() -> None:
     """Switching presets replaces the whole objective: none leaves a knob to another's value."""
     common = objective_keys("grpo")
     for objective in PRESETS:
@@ -83,8 +83,6 @@ def test_every_preset_sets_the_same_knobs_and_names_its_source() -> None:
             if not any(key == s or key.startswith(f"{s}.") for s in PRESET_SPECIFIC)
         }
         assert general == common, objective
-        text = (CONFIG_DIR / f"objective/{objective}.yaml").read_text()
-        assert "seeds/" in text or "arXiv" in text, f"{objective}: no source named"
 
 
 def test_experiment_pins_win_over_the_preset() -> None:

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-# The seed study's signal-probing guidance (docs/EVALUATION_DESIGN.md explains each threshold).
+# The signal-probing guidance of github.com/luohao-brian/verl-study (README, "Signal Probing";
+# docs/EVALUATION_DESIGN.md explains each threshold).
 ACCURACY_RANGE = (0.10, 0.80)
 ACCURACY_SFT_BELOW = 0.05
 ACCURACY_TOO_EASY_ABOVE = 0.95
@@ -205,7 +206,7 @@ def verdict(
     mean_outcome_entropy: float,
     spread_fraction: float = 0.0,
 ) -> Verdict:
-    """The seed's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8.
+    """verl-study's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8.
 
     ``spread_fraction`` is the share of groups whose *scores* differ. GRPO divides each group's
     advantages by its own spread, so partial credit (format, shaping) that splits a group is a

@@ -1,4 +1,6 @@
-"""Countdown puzzles: a generator of solvable ones, an exact solver, and the seed's split.
+"""Countdown puzzles: a generator of solvable ones, an exact solver, and the split of TuFT's
+Countdown RL guide (github.com/agentscope-ai/TuFT,
+docs/sphinx_doc/source/user-guide/countdown-rl.md).
 
 A puzzle is a multiset of numbers and a target; the rules (each number once, + - * /, exact
 rational arithmetic) are the reward's, ``rewards/countdown.py``.
@@ -209,7 +211,7 @@ class SplitReport:
 def split_puzzles(
     tasks: list[Puzzle], test_size: int, train_size: int | None, seed: int
 ) -> SplitReport:
-    """The seed's split: test = the first ``test_size`` rows, train = the rest shuffled with
+    """TuFT's split: test = the first ``test_size`` rows, train = the rest shuffled with
     ``seed`` (capped at ``train_size``). Train rows whose (numbers, target) is in test are dropped.
     """
     if test_size < 1:

@@ -142,7 +142,7 @@ def prepare(
         test, skipped_test = _rows(splits["test"], f"{where} [test]", skip_bad_rows)
         skipped += skipped_test
     elif test_size:
-        test, train = train[:test_size], train[test_size:]  # the seed's policy: first rows
+        test, train = train[:test_size], train[test_size:]  # TuFT guide's split policy: first rows
     else:
         raise DataPrepError(
             f"{where}: no 'test' split; pass --test_size N to take the first N rows"

@@ -2,9 +2,10 @@
 grad norm and validation against training reward.
 
 Thresholds are named constants; each comment says why that value. The healthy ranges come from
-docs/TRAINING.md ("Reading the metrics") and the seed study it cites; docs/REPORT.md explains
-each alarm and what to try. Metric names are verl 0.6.1's (``trainer/ppo/metric_utils.py``,
-``workers/actor/dp_actor.py``, ``trainer/ppo/ray_trainer.py``), as recorded in metrics.jsonl.
+docs/TRAINING.md ("Reading the metrics") and the README of github.com/luohao-brian/verl-study
+it cites; docs/REPORT.md explains each alarm and what to try. Metric names are verl 0.6.1's
+(``trainer/ppo/metric_utils.py``, ``workers/actor/dp_actor.py``, ``trainer/ppo/ray_trainer.py``),
+as recorded in metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ GRAD_NORM = "actor/grad_norm"
 #: Steps whose median is a run's starting response length: one step is noisy, and by step 3
 #: a collapse or runaway has usually not started yet.
 BASELINE_STEPS = 3
-#: docs/TRAINING.md and the seed study: entropy "below ~0.01 is collapse" (mode collapse: the
+#: docs/TRAINING.md and verl-study's README: entropy "below ~0.01 is collapse" (mode collapse: the
 #: policy samples one answer, so every group has zero spread).
 ENTROPY_FLOOR = 0.01
-#: Healthy entropy is stable or slowly drifting (the seed: 0.2 -> 0.3); a fall to under a fifth
+#: Healthy entropy is stable or slowly drifting (verl-study: 0.2 -> 0.3); a fall to under a fifth
 #: of the first step's (the untrained policy on its own samples, averaged over every token of
 #: the batch, so not noisy) is the policy turning deterministic, whatever the model's scale.
 ENTROPY_FALL_FRACTION = 0.2
@@ -47,7 +48,7 @@ LENGTH_CLIP_MAX = 0.1
 #: docs: actor/pg_clipfrac healthy is "small (a few %)"; 10% is over twice the top of that: the
 #: update leaves the clip range for a tenth of the tokens.
 PG_CLIPFRAC_MAX = 0.1
-#: The seed's healthy grad norm band (0.05-0.2) spans 4x; 5x the recent median is outside it.
+#: verl-study's healthy grad norm band (0.05-0.2) spans 4x; 5x the recent median is outside it.
 GRAD_SPIKE_FACTOR = 5.0
 #: Recent median over this many earlier steps, once at least GRAD_MIN_HISTORY are known.
 GRAD_WINDOW = 10
