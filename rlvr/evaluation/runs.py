@@ -313,6 +313,9 @@ def run_passk(
 ) -> Summary:
     """n samples per prompt; the unbiased pass@k for each k, and maj@k when the reward file
     names each response's answer (``answer_key``)."""
+    # verl's validation reports mean@N/best@N/maj@N too (verl/trainer/ppo/metric_utils.py,
+    # process_validation_metrics), but inside the trainer only: this runs on a saved checkpoint
+    # outside it, keeps per-prompt records, and feeds paired confidence intervals (paired.py).
     n = sampling.n
     check_passk(n, ks)
     voting = run.task.load_answer_key() is not None
