@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run one experiment from configs/ with verl's unmodified trainer.
+# Run one experiment from configs/ with verl 0.6.1's trainer through the recipes' entry point
+# (rlvr/train/main.py; every change it makes to verl: docs/TRAINING.md, "What runs").
 # Usage: bash scripts/launch_grpo.sh EXPERIMENT [hydra overrides...]
 #   e.g. bash scripts/launch_grpo.sh countdown_qwen3_4b trainer.total_training_steps=50
 # Pre-flight checks run first; the log is teed to artifacts/logs/ (or $RLVR_LOG_DIR), where wandb
@@ -53,7 +54,7 @@ for name in WANDB_MODE WANDB_DIR WANDB_ENTITY WANDB_RUN_GROUP \
 done
 
 status=0
-"$PYTHON" -m verl.trainer.main_ppo \
+"$PYTHON" -m rlvr.train.main \
     --config-path="$ROOT/configs" --config-name="$EXPERIMENT" \
     paths.root="$ROOT" "${FORWARD[@]}" "$@" 2>&1 | tee "$LOG" || status=$?
 

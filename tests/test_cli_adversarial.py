@@ -419,6 +419,6 @@ def test_negative_control_good_input_gets_past_the_checks(
     code, err = RUNNERS["launch"](launch, capsys, shims)
     marker = shims / "ran_past_checks"
     try:
-        assert code == STUB_EXIT and "verl.trainer.main_ppo" in marker.read_text(), err[-3000:]
+        assert code == STUB_EXIT and "rlvr.train.main" in marker.read_text(), err[-3000:]
     finally:
         marker.unlink(missing_ok=True)

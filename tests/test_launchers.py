@@ -1,6 +1,6 @@
 """The bash launchers' contract with a cluster, with stand-in `uv`, python and `ray` that record
 how they were called (no Ray starts): the launcher's environment travels in Ray's runtime env,
-main_ppo runs on the environment's python (not `uv run`), and the head runs the job server."""
+the trainer runs on the environment's python (not `uv run`), and the head runs the job server."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Pat
         ["scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"], env
     )
     assert done.returncode == 0, done.stderr
-    main_ppo = next(c for c in _calls(tmp_path) if "verl.trainer.main_ppo" in c["argv"])
+    main_ppo = next(c for c in _calls(tmp_path) if "rlvr.train.main" in c["argv"])
     assert main_ppo["argv"][0].endswith("venv/bin/python")  # not `uv run`: no uv path to workers
     assert main_ppo["uv_hook"] == "0"
     forwarded = {a for a in main_ppo["argv"] if a.startswith("++ray_kwargs.ray_init.runtime_env")}

@@ -35,11 +35,14 @@ def ray_tmp() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _two_steps(work: Path, ray_tmp: str, objective: str) -> tuple[str, list[StepRecord]]:
+def _two_steps(
+    work: Path, ray_tmp: str, objective: str, *overrides: str
+) -> tuple[str, list[StepRecord]]:
     name = f"obj_{objective}"
     cmd, env = cpu_launch(work, name)
     cmd += [
         f"objective={objective}",
+        *overrides,
         "trainer.total_training_steps=2",
         "trainer.save_freq=-1",  # no checkpoint: test_train_e2e covers them
         f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
@@ -53,7 +56,9 @@ def _two_steps(work: Path, ray_tmp: str, objective: str) -> tuple[str, list[Step
 
 
 def test_dapo_two_steps(workdir: Path, ray_tmp: str) -> None:
-    output, records = _two_steps(workdir, ray_tmp, "dapo")
+    # countdown_cpu answers in 48 tokens: the last fifth is DAPO's buffer (objective/dapo.yaml)
+    buffer = "reward_model.reward_kwargs.overlong_buffer_cfg.len=9"
+    output, records = _two_steps(workdir, ray_tmp, "dapo", buffer)
     assert "'reward_manager': 'dapo'" in output
     # the random model runs to max_response_length: the whole overlong penalty (-1) applies
     assert records[1].metrics["critic/score/mean"] < 0

@@ -104,7 +104,7 @@ def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> No
     for record in records[1:]:
         assert record.metrics["critic/score/mean"] >= 0.0
         assert record.metrics["actor/grad_norm"] > 0.0
-        assert record.metrics["global_seqlen/min"] > 0  # a torch tensor in verl: the hook's fix
+        assert record.metrics["global_seqlen/min"] > 0  # a tensor in verl: verl_patches' fix
     assert "val-core/countdown/acc/mean@1" in records[0].metrics  # before training
     assert "val-core/countdown/acc/mean@1" in records[2].metrics  # test_freq=2
 
@@ -112,8 +112,8 @@ def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> No
 def test_run_ends_with_a_report_rollout_dumps_and_wandb_tables(
     workdir: Path, first_run: str
 ) -> None:
-    """configs/grpo.yaml's rollout dumps (bounded by the hook), the run report the fit hook
-    writes when training ends, and both reaching wandb (validation generations, figures)."""
+    """configs/grpo.yaml's rollout dumps (bounded by the recipes' trainer), the run report the
+    entry point writes in the driver when training ends, and validation generations in wandb."""
     run = workdir / "checkpoints/e2e"
     dumps = sorted(run.glob("rollouts/*.jsonl"))
     assert [p.name for p in dumps] == ["1.jsonl", "2.jsonl"]
@@ -126,7 +126,6 @@ def test_run_ends_with_a_report_rollout_dumps_and_wandb_tables(
     (run_file,) = (workdir / "logs/wandb").glob("offline-run-*/run-*.wandb")
     keys = {key for row in history_rows(run_file) for key in row}
     assert any(key.startswith("val/generations/") for key in keys)
-    assert any(key.startswith("report/reward/") for key in keys), sorted(keys)[:40]
 
 
 def test_eval_cli_reads_the_checkpoint(workdir: Path, first_run: str) -> None:

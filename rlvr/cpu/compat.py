@@ -1,9 +1,9 @@
-"""Run verl 0.6.1's unmodified GRPO trainer on a machine without GPUs.
+"""Run verl 0.6.1's GRPO trainer on a machine without GPUs: the CPU path's changes to verl.
 
 ``configs/rehearsal/cpu.yaml`` (used by ``hardware/cpu.yaml`` and by ``scripts/rehearse.sh``)
-sets ``RLVR_CPU_COMPAT=1`` for the Ray workers, and the setup hook every recipe runs
-(``rlvr.train.verl_hooks.install``, Ray's ``worker_process_setup_hook``) then calls ``install()``
-here in every worker right after verl is first imported there. Each fix is skipped when CUDA is
+sets ``RLVR_CPU_COMPAT=1`` for the Ray workers and Ray's ``worker_process_setup_hook`` to
+``rlvr.cpu.hook.install``, which calls ``install()`` here in every worker right after verl is
+first imported there. Each fix is skipped when CUDA is
 available, so the same environment trains on GPUs unchanged.
 The configuration half of the CPU path lives in those overlays: advertised Ray GPUs (verl's
 resource pool counts GPUs), SDPA attention, no remove-padding (flash-attn only), FSDP2, fp32.

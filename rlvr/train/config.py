@@ -25,27 +25,6 @@ def objectives() -> list[str]:
     return sorted(p.stem for p in OBJECTIVES_DIR.glob("*.yaml"))
 
 
-def _floor_div(value: Any, divisor: Any) -> int:
-    """``${rlvr.div:A,B}``: A // B for two positive integers (OmegaConf has no arithmetic)."""
-    numerator, denominator = int(value), int(divisor)
-    if numerator < 0 or denominator <= 0:
-        raise ValueError(f"rlvr.div:{value},{divisor}: needs A >= 0 and B > 0")
-    return numerator // denominator
-
-
-def register_resolvers() -> None:
-    """The resolvers the configs use (objective/dapo.yaml's overlong buffer). Every process that
-    resolves a config needs them: this module registers them on import; Ray workers need
-    ``rlvr.train.verl_hooks.install`` to call this. Idempotent, imports nothing heavy."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("rlvr.div"):
-        OmegaConf.register_new_resolver("rlvr.div", _floor_div)
-
-
-register_resolvers()
-
-
 class ConfigError(Exception):
     """An experiment or override that does not compose; the message is one line."""
 

@@ -71,7 +71,7 @@ def _env(plan: Plan, trace: Path | None = None, address: str | None = None) -> d
     env |= {"RLVR_LOG_DIR": str(plan.out / "logs"), "WANDB_MODE": "offline"}
     env |= {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
     # CPU only, also on a GPU node: every Ray worker blanks the fake GPU id Ray gives it once the
-    # trace has it (rlvr.train.verl_hooks), as on a GPU node those ids name real GPUs. Ray must
+    # trace has it (rlvr.cpu.hook), as on a GPU node those ids name real GPUs. Ray must
     # not see CUDA_VISIBLE_DEVICES itself: it refuses fake GPUs beyond the ids listed there.
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env["RLVR_HIDE_GPUS"] = "1"

@@ -1,0 +1,131 @@
+"""rlvr/train/trainer.py and rlvr/train/main.py: the recipes' TaskRunner and trainer subclasses
+around verl's own methods, and the run report the entry point writes in the driver."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.main_ppo import TaskRunner
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils import tracking
+
+from rlvr.train import main as entry_point
+from rlvr.train import trainer as recipe
+from rlvr.train.config import compose
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_recipe_logs_json_lines_beside_the_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl merges the runtime env away from the config root, so ``${...}`` in its env_vars
+    would arrive unresolved: the TaskRunner sets VERL_FILE_LOGGER_PATH itself, over any
+    inherited value."""
+    config = compose("countdown_cpu", ["trainer.default_local_dir=/runs/a"])
+    assert "file" in config.trainer.logger
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "/inherited/elsewhere.jsonl")
+    assert recipe.set_metrics_path(config) == "/runs/a/metrics.jsonl"
+    assert recipe.set_metrics_path(OmegaConf.create({"paths": {}})) is None
+    assert entry_point.run_dir(config) == "/runs/a"
+
+
+def test_prune_keeps_the_newest_steps_and_every_kth(tmp_path: Path) -> None:
+    for step in range(1, 31):
+        (tmp_path / f"{step}.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("not a dump")
+    deleted = recipe.prune_step_files(str(tmp_path), keep_last=5, keep_every=10)
+    kept = sorted(int(p.stem) for p in tmp_path.glob("*.jsonl"))
+    assert kept == [10, 20, 26, 27, 28, 29, 30]
+    assert len(deleted) == 23 and (tmp_path / "notes.txt").exists()
+    # Negative control: keeping everything deletes nothing.
+    assert recipe.prune_step_files(str(tmp_path), keep_last=100, keep_every=0) == []
+
+
+def _dump_nine_steps(trainer_class: type, rollouts: Path, val: Path) -> None:
+    """verl's real ``_dump_generations`` (through ``trainer_class``) for steps 1-9, to the
+    rollout folder and a validation folder, with a dapo-style tensor in the reward extras."""
+    config = OmegaConf.create(
+        {
+            "trainer": {"rollout_data_dir": str(rollouts)},
+            "rollout_dumps": {"keep_last": 3, "keep_every": 4},
+        }
+    )
+    trainer: Any = trainer_class.__new__(trainer_class)  # no workers: only the dump runs
+    trainer.config = config
+    for step in range(1, 10):
+        trainer.global_steps = step
+        for folder in (rollouts, val):
+            trainer._dump_generations(
+                inputs=["p"],
+                outputs=["o"],
+                gts=["g"],
+                scores=[1.0],
+                reward_extra_infos_dict={"overlong_reward": [torch.tensor(-0.5)]},
+                dump_path=str(folder),
+            )
+
+
+def test_rollout_dumps_stay_bounded_through_verls_own_dump(tmp_path: Path) -> None:
+    """verl's ``_dump_generations`` writes a file per step and never deletes (and refuses the
+    dapo manager's tensors); the recipes' trainer keeps what ``rollout_dumps`` says and writes
+    plain numbers; validation dumps elsewhere are untouched."""
+    rollouts, val = tmp_path / "rollouts", tmp_path / "val"
+    _dump_nine_steps(recipe.RecipeTrainer, rollouts, val)
+    assert sorted(int(p.stem) for p in rollouts.glob("*.jsonl")) == [4, 7, 8, 9]
+    assert len(list(val.glob("*.jsonl"))) == 9
+    assert '"overlong_reward": -0.5' in (rollouts / "9.jsonl").read_text()
+    with pytest.raises(TypeError, match="Tensor is not JSON serializable"):  # verl's own
+        _dump_nine_steps(RayPPOTrainer, tmp_path / "verl", tmp_path / "verl_val")
+
+
+def test_the_task_runner_runs_verls_with_the_recipes_trainer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RecipeTaskRunner.run`` calls verl's ``TaskRunner.run`` with the recipes' trainer and
+    the fixed file logger in place, the metrics path set and the estimators registered; after
+    it, verl's names are verl's again."""
+    seen: dict[str, Any] = {}
+
+    def verl_run(self: Any, config: Any) -> None:
+        # Stands in for verl's run, which builds its trainer as: trainer = RayPPOTrainer(...)
+        from verl.trainer import main_ppo
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+        seen["trainer"] = main_ppo.RayPPOTrainer
+        seen["file_logger"] = tracking.FileLogger
+        seen["estimator"] = "grpo_drop_constant" in ADV_ESTIMATOR_REGISTRY
+        seen["metrics"] = os.environ["VERL_FILE_LOGGER_PATH"]
+
+    monkeypatch.setattr(TaskRunner, "run", verl_run)
+    config = OmegaConf.create({"paths": {"metrics": str(tmp_path / "m.jsonl")}})
+    recipe.RecipeTaskRunner().run(config)
+    assert seen["trainer"] is recipe.RecipeTrainer
+    assert seen["file_logger"] is not tracking.FileLogger
+    assert seen["estimator"] and seen["metrics"] == str(tmp_path / "m.jsonl")
+
+
+def test_dump_override_refuses_a_changed_verl() -> None:
+    def dump(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
+
+    with pytest.raises(RuntimeError, match="_dump_generations"):
+        recipe.require_signature(dump, recipe.DUMP_GENERATIONS_PARAMS, "_dump_generations")
+
+
+def test_the_driver_writes_the_run_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the entry point does when training returns: report.md beside the checkpoints; a run
+    it cannot read only prints a line."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests/data/report/quickstart_smollm2", run)
+    entry_point.write_run_report(str(run))
+    entry_point.write_run_report(str(tmp_path / "missing"))  # must not raise
+    out = capsys.readouterr().out
+    assert f"rlvr: run report {run}/report.md" in out
+    assert f"rlvr: no run report for {tmp_path / 'missing'}" in out
+    assert (run / "report.md").is_file() and (run / "reward.png").is_file()

@@ -1,0 +1,113 @@
+"""rlvr/train/verl_patches.py: the two names every recipe run rebinds in verl 0.6.1, each with
+a negative control (verl's own code fails or is left as it was) and a guard against a changed
+verl."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from verl.trainer import main_ppo
+from verl.utils import tracking
+
+from rlvr.report.metrics_log import read_steps
+from rlvr.train import verl_patches
+from rlvr.train.verl_patches import fixed_file_logger, verl_as_the_recipes_run_it
+
+# What verl 0.6.1 logs on a CPU training step, by type: trainer.balance_batch's
+# log_seqlen_unbalance gives 0-d torch tensors (int64, and float32 for the mean), reduce_metrics
+# np.float64 (a float subclass: fine), and validation can give np.float32 (Agent-R1 issue 83).
+VERL_STEP: dict[str, Any] = {
+    "global_seqlen/min": torch.tensor(20520328),
+    "global_seqlen/mean": torch.tensor(20520328.0),
+    "actor/pg_loss": np.float64(-0.5),
+    "val-core/countdown/acc/mean@1": np.float32(0.25),
+    "actor/grad_norm": float("nan"),
+    "training/global_step": 1,
+}
+
+
+def test_verls_own_file_logger_fails_on_a_real_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control: verl 0.6.1's FileLogger raises on a real step's metrics (its bare
+    json.dumps) and cannot open a VERL_FILE_LOGGER_PATH in a new folder."""
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "raw.jsonl"))
+    logger = tracking.FileLogger("p", "e")
+    with pytest.raises(TypeError, match="Tensor is not JSON serializable"):
+        logger.log(data=VERL_STEP, step=1)
+    logger.finish()
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "new/raw.jsonl"))
+    with pytest.raises(FileNotFoundError):
+        tracking.FileLogger("p", "e")
+
+
+def test_fixed_file_logger_writes_plain_numbers_flushed_and_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "new/folder/metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger_class = fixed_file_logger(tracking.FileLogger)
+    logger = logger_class("p", "e")
+    logger.log(data=VERL_STEP, step=1)
+    assert path.read_text().count("\n") == 1  # flushed: a run that dies keeps it
+    logger.finish()
+    resumed = logger_class("p", "e")  # a resumed run appends
+    resumed.log(data={"critic/score/mean": np.float32(0.5)}, step=2)
+    resumed.finish()
+    text = path.read_text()
+    assert '"global_seqlen/min": 20520328,' in text  # an int, as the tensor held
+    assert '"actor/grad_norm": NaN' in text
+    one, two = read_steps(path)
+    assert (one.step, two.step) == (1, 2)
+    assert one.metrics["global_seqlen/mean"] == 20520328.0
+    assert one.metrics["val-core/countdown/acc/mean@1"] == 0.25
+    assert math.isnan(one.metrics["actor/grad_norm"]) and two.metrics == {"critic/score/mean": 0.5}
+
+
+def test_file_logger_fix_refuses_a_changed_verl() -> None:
+    class FileLogger:  # a later verl's logger with another log signature
+        def __init__(self, project_name: str, experiment_name: str) -> None: ...
+        def log(self, data: dict, step: int, commit: bool = True) -> None: ...
+        def finish(self) -> None: ...
+
+    with pytest.raises(RuntimeError, match=r"FileLogger\.log.*verl_patches\.py"):
+        fixed_file_logger(FileLogger)
+
+
+def test_within_the_context_verl_builds_the_given_trainer_and_logs_with_the_fix() -> None:
+    trainer, logger = main_ppo.RayPPOTrainer, tracking.FileLogger
+
+    class Trainer:
+        pass
+
+    with verl_as_the_recipes_run_it(Trainer):
+        assert main_ppo.RayPPOTrainer is Trainer
+        assert issubclass(tracking.FileLogger, logger) and tracking.FileLogger is not logger
+    assert (main_ppo.RayPPOTrainer, tracking.FileLogger) == (trainer, logger)  # restored
+
+
+def test_trainer_rebinding_refuses_a_taskrunner_that_no_longer_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class TaskRunner:  # a later verl whose run takes the trainer class from elsewhere
+        def run(self, config: Any) -> None:
+            trainer = config.trainer_class(config=config)
+            trainer.fit()
+
+    monkeypatch.setattr(main_ppo, "TaskRunner", TaskRunner)
+    refused = pytest.raises(RuntimeError, match="no longer has 'trainer = RayPPOTrainer\\('")
+    with refused, verl_as_the_recipes_run_it(object):
+        pass
+
+
+def test_plain_json_refuses_what_it_cannot_turn_into_numbers() -> None:
+    assert json.dumps(np.arange(3), default=verl_patches.plain_json) == "[0, 1, 2]"
+    with pytest.raises(TypeError, match="SimpleNamespace is not JSON serializable"):
+        json.dumps(types.SimpleNamespace(), default=verl_patches.plain_json)
