@@ -1,6 +1,7 @@
 """Sweep engine: grid parsing and naming, per-step metrics from verl's JSON lines (recorded
-files), collapse detection, the runner's skip/keep-going rules (with a stand-in launcher),
-tables and figures.
+files), collapse detection, and the CLIs. The runner's skip/keep-going rules (with a
+stand-in launcher) are in tests/test_sweep_runner.py, tables and figures in
+tests/test_sweep_report.py.
 
 The real 2x2 GRPO sweep on CPU is in tests/test_sweep_e2e.py.
 """
@@ -10,10 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
-import stat
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,9 +22,7 @@ from rlvr.report.metrics_log import StepRecord, parse_steps, read_steps
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, grid_points, parse_grid
 from rlvr.sweep.history import summarise_history
-from rlvr.sweep.plots import default_x_axis, plot_final_reward, write_report
-from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides, run_sweep
-from rlvr.sweep.tables import results_csv
+from rlvr.sweep.runner import RAY_CLI, failure_reason, launch_command, point_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,261 +239,6 @@ def test_failure_reason_names_the_error() -> None:
     assert failure_reason(3, "") == "exit 3: no output"
 
 
-# ---------------------------------------------------------------- runner with a stand-in launcher
-
-STAND_IN = """#!/usr/bin/env bash
-# Stands in for launch_grpo.sh: writes verl-style JSON lines to paths.metrics (one step, then
-# fails for lr=5e-4; two steps otherwise).
-echo "$@" >> "$RLVR_LOG_DIR/calls.txt"
-for arg in "$@"; do [[ $arg == paths.metrics=* ]] && metrics="${arg#paths.metrics=}"; done
-echo '{"step": 1, "data": {"critic/score/mean": 0.2, "actor/pg_loss": 0.1}}' >> "$metrics"
-case "$*" in
-  *optim.lr=5e-4*) echo "ValueError: loss is nan, giving up" >&2; exit 3 ;;
-esac
-echo '{"step": 2, "data": {"critic/score/mean": 0.4, "actor/pg_loss": 0.1}}' >> "$metrics"
-echo "step:2 - critic/score/mean:0.4"
-"""
-
-
-def _stand_in(tmp_path: Path) -> Path:
-    launcher = tmp_path / "launcher.sh"
-    launcher.write_text(STAND_IN)
-    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
-    return launcher
-
-
-def test_runner_keeps_going_records_failures_and_skips_finished(tmp_path: Path) -> None:
-    launcher, sweep_dir = _stand_in(tmp_path), tmp_path / "sweep"
-    spec = SweepSpec("demo", "countdown_cpu", parse_grid(["rollout_n=2,4", "lr=1e-5,5e-4"]))
-    lines: list[str] = []
-    statuses = run_sweep(spec, sweep_dir, launcher=launcher, echo=lines.append)
-    assert [s.state for s in statuses] == ["finished", "failed", "finished", "failed"]
-    failed = json.loads((sweep_dir / "runs/rollout_n2_lr5e-4/status.json").read_text())
-    assert failed["returncode"] == 3
-    assert failed["reason"] == "exit 3: ValueError: loss is nan, giving up"
-    assert any("FAILED" in line for line in lines)
-
-    # rerun: finished points are skipped, failed ones are tried again
-    lines.clear()
-    run_sweep(spec, sweep_dir, launcher=launcher, echo=lines.append)
-    assert sum("skipped" in line for line in lines) == 2
-    calls = (sweep_dir / "runs/rollout_n2_lr1e-5/calls.txt").read_text().splitlines()
-    assert len(calls) == 1
-    assert len((sweep_dir / "runs/rollout_n2_lr5e-4/calls.txt").read_text().splitlines()) == 2
-    # without checkpoints a retry starts over: the failed attempt's steps are not kept
-    retried = (sweep_dir / "runs/rollout_n2_lr5e-4/metrics.jsonl").read_text().splitlines()
-    assert len(retried) == 1
-    assert [r.step for r in read_steps(sweep_dir / "runs/rollout_n2_lr1e-5/metrics.jsonl")] == [
-        1,
-        2,
-    ]
-
-    # a new value on an existing axis adds points; a different experiment is refused
-    wider = SweepSpec("demo", "countdown_cpu", parse_grid(["rollout_n=8", "lr=1e-5"]))
-    run_sweep(wider, sweep_dir, launcher=launcher, echo=lines.append)
-    record, rows = load_sweep(sweep_dir)
-    assert record["grid"]["rollout_n"] == ["2", "4", "8"]
-    assert len(rows) == 6 and [r.state for r in rows].count("pending") == 1
-    other = SweepSpec("demo", "gsm8k_qwen2_5_3b", parse_grid(["lr=1e-5"]))
-    with pytest.raises(SweepError, match="different sweep"):
-        run_sweep(other, sweep_dir, launcher=launcher)
-
-
-def test_a_run_without_steps_is_not_finished(tmp_path: Path) -> None:
-    launcher = tmp_path / "quiet.sh"
-    launcher.write_text("#!/usr/bin/env bash\necho nothing logged\n")
-    spec = SweepSpec("quiet", "countdown_cpu", parse_grid(["lr=1e-5"]))
-    (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, echo=lambda _: None)
-    assert (
-        status.state == "failed" and status.reason == "exit 0 but no training step in metrics.jsonl"
-    )
-
-
-def test_timeout_stops_the_point(tmp_path: Path) -> None:
-    launcher = tmp_path / "slow.sh"
-    launcher.write_text("#!/usr/bin/env bash\nsleep 60\n")
-    spec = SweepSpec("slow", "countdown_cpu", parse_grid(["lr=1e-5"]))
-    (status,) = run_sweep(spec, tmp_path / "s", launcher=launcher, timeout_s=1, echo=lambda _: None)
-    assert status.state == "failed" and status.reason == "timed out" and status.seconds < 30
-
-
-def test_a_timed_out_ray_job_is_stopped_on_the_cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With --ray_address, a timeout must also `ray job stop` the job (a stand-in `ray` CLI)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_ray = bin_dir / "ray"
-    fake_ray.write_text(
-        f'#!/usr/bin/env bash\necho "$@" >> {tmp_path}/ray_calls.txt\n'
-        '[[ "$2" == submit ]] && sleep 60\nexit 0\n'
-    )
-    fake_ray.chmod(0o755)
-    monkeypatch.setattr("rlvr.sweep.runner.RAY_CLI", str(fake_ray))
-    spec = SweepSpec("remote", "countdown_cpu", parse_grid(["lr=1e-5"]))
-    (status,) = run_sweep(
-        spec, tmp_path / "s", ray_address="http://head:8265", timeout_s=1, echo=lambda _: None
-    )
-    assert status.reason == "timed out"
-    submit, stop = (tmp_path / "ray_calls.txt").read_text().splitlines()
-    submission = next(a for a in submit.split() if a.startswith("--submission-id="))
-    assert submission.startswith("--submission-id=remote__lr1e-5__")
-    assert stop == f"job stop --address=http://head:8265 {submission.split('=', 1)[1]}"
-
-
-def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
-    """The launcher runs in its own session, out of reach of the terminal's Ctrl-C: the sweep
-    must stop it itself before exiting."""
-    import signal
-    import time
-
-    launcher = tmp_path / "long.sh"
-    launcher.write_text('#!/usr/bin/env bash\necho $$ > "$RLVR_LOG_DIR/pid"\nsleep 300\n')
-    code = (
-        "import sys; from pathlib import Path; "
-        "from rlvr.sweep.grid import SweepSpec, parse_grid; "
-        "from rlvr.sweep.runner import run_sweep; "
-        "run_sweep(SweepSpec('c', 'countdown_cpu', parse_grid(['lr=1e-5'])), "
-        f"Path({str(tmp_path / 's')!r}), launcher=Path({str(launcher)!r}))"
-    )
-    sweep = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    pid_file = tmp_path / "s/runs/lr1e-5/pid"
-    deadline = time.monotonic() + 60
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline and sweep.poll() is None
-        time.sleep(0.2)
-    launcher_pid = int(pid_file.read_text())
-    sweep.send_signal(signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=60)
-    assert sweep.returncode != 0 and "KeyboardInterrupt" in stderr
-    with pytest.raises(ProcessLookupError):
-        os.kill(launcher_pid, 0)
-    status = json.loads((tmp_path / "s/runs/lr1e-5/status.json").read_text())
-    assert status["state"] == "failed" and status["reason"] == "interrupted"
-
-
-# ---------------------------------------------------------------- tables and figures
-
-
-def _recorded_sweep(tmp_path: Path) -> Path:
-    """A 3x2 sweep folder as the runner leaves it: one collapsed run, one failed, one NaN.
-    Each run's metrics.jsonl holds its steps as verl's file logger writes them."""
-    curves = {
-        "lora_rank8_lr1e-5": [0.1, 0.2, 0.3, 0.35, 0.4, 0.4],
-        "lora_rank8_lr1e-4": [0.1, 0.4, 0.6, 0.7, 0.7, 0.72],
-        "lora_rank8_lr5e-4": [0.1, 0.5, 0.7, 0.3, 0.1, 0.0],  # collapses
-        "lora_rank32_lr1e-5": [0.1, 0.25, 0.35, 0.4, 0.45, 0.45],
-        "lora_rank32_lr1e-4": [0.2, 0.3, 0.4, float("nan")],  # NaN
-    }
-    sweep_dir = tmp_path / "recorded"
-    sweep_dir.mkdir()
-    record = {
-        "name": "recorded",
-        "experiment": "countdown_qwen3_4b_lora",
-        "grid": {"lora_rank": ["8", "32"], "lr": ["1e-5", "1e-4", "5e-4"]},
-        "grid_keys": {
-            "lora_rank": "actor_rollout_ref.model.lora_rank",
-            "lr": "actor_rollout_ref.actor.optim.lr",
-        },
-        "overrides": [],
-        "keep_checkpoints": False,
-    }
-    (sweep_dir / "sweep.json").write_text(json.dumps(record))
-    for name, values in [*curves.items(), ("lora_rank32_lr5e-4", None)]:
-        run = sweep_dir / "runs" / name
-        run.mkdir(parents=True)
-        state = "failed" if values is None else "finished"
-        lines = [
-            json.dumps({"step": i, "data": {"critic/score/mean": v}})  # NaN as verl writes it
-            for i, v in enumerate(values or [], 1)
-        ]
-        (run / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
-        (run / "output.log").write_text("RuntimeError: CUDA out of memory\n")
-        (run / "status.json").write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "values": {},
-                    "state": state,
-                    "returncode": 0 if values else 1,
-                    "reason": "" if values else "exit 1: RuntimeError: CUDA out of memory",
-                    "seconds": 1.0,
-                    "command": [],
-                }
-            )
-        )
-    return sweep_dir
-
-
-def test_report_on_recorded_metrics(tmp_path: Path) -> None:
-    sweep_dir = _recorded_sweep(tmp_path)
-    record, rows = load_sweep(sweep_dir)
-    by_name = {r.name: r for r in rows}
-    assert by_name["lora_rank8_lr5e-4"].summary.collapsed
-    assert by_name["lora_rank32_lr1e-4"].summary.collapsed
-    assert by_name["lora_rank32_lr5e-4"].state == "failed"
-    assert by_name["lora_rank8_lr1e-4"].summary.final_reward == pytest.approx(0.624)
-
-    written = write_report(sweep_dir, record, rows)
-    assert [p.name for p in written] == [
-        "results.csv",
-        "results.md",
-        "final_reward_vs_lr.png",
-        "reward_curves.png",
-    ]
-    for png in written[2:]:
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    csv_lines = (sweep_dir / "results.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("run,lora_rank,lr,state,final_reward")
-    assert len(csv_lines) == 7
-    markdown = (sweep_dir / "results.md").read_text()
-    assert "Best final reward: **lora_rank8_lr1e-4** (0.6240)" in markdown
-    assert "CUDA out of memory" in markdown and "actor" not in results_csv(rows[:1])
-
-
-def test_final_reward_figure_marks_collapse_and_failure(tmp_path: Path) -> None:
-    """The figure's content, read back from matplotlib: lines per rank, log x, markers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    _, rows = load_sweep(_recorded_sweep(tmp_path))
-    captured = {}
-    original = plt.close
-    plt.close = lambda fig=None: captured.setdefault("fig", fig)
-    try:
-        plot_final_reward(rows, default_x_axis(["lora_rank", "lr"]), tmp_path / "f.png")
-    finally:
-        plt.close = original
-    (ax,) = captured["fig"].axes
-    assert ax.get_xscale() == "log"
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-5", "1e-4", "5e-4"]
-    rank8, rank32 = ax.get_lines()
-    assert list(rank8.get_xdata()) == [1e-5, 1e-4, 5e-4]
-    assert list(rank32.get_xdata()) == [1e-5]  # the NaN and the failed run have no final reward
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == [
-        "lora_rank=8",
-        "lora_rank=32",
-        "collapsed (NaN: drawn at 0)",
-        "failed / no metrics",
-    ]
-    markers: dict[str, list] = {}
-    for collection in ax.collections:
-        markers.setdefault(collection.get_label(), []).extend(collection.get_offsets().tolist())
-    assert markers["_collapsed"] == [[5e-4, pytest.approx(0.32)], [1e-4, 0.0]]
-    assert markers["_failed"] == [[5e-4, 0.0]]
-
-
-def test_plot_refuses_unknown_axis(tmp_path: Path) -> None:
-    _, rows = load_sweep(_recorded_sweep(tmp_path))
-    with pytest.raises(SweepError, match="not a grid axis"):
-        plot_final_reward(rows, "entropy", tmp_path / "x.png")
-    with pytest.raises(SweepError, match="not a sweep folder"):
-        load_sweep(tmp_path / "nowhere")
-
-
 def test_cli_checks_every_point_before_running(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -571,19 +312,6 @@ def test_a_corrupt_sweep_record_is_one_error(tmp_path: Path) -> None:
     (tmp_path / "sweep.json").write_text('{"grid": {"lr": ["1"]}}')  # no grid_keys
     with pytest.raises(SweepError, match="not a readable sweep record"):
         load_sweep(tmp_path)
-
-
-def test_plot_sweep_bad_axis_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    sweep_dir = _recorded_sweep(tmp_path)
-    before = sorted(p.name for p in sweep_dir.iterdir())
-    cli = _script("plot_sweep")
-    assert cli.main([str(sweep_dir), "--x", "entropy"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--x 'entropy' is not a grid axis" in err
-    assert sorted(p.name for p in sweep_dir.iterdir()) == before
-    assert cli.main([str(sweep_dir), "--x", "lr"]) == 0  # control
-    assert (sweep_dir / "final_reward_vs_lr.png").is_file()
-    assert not list(sweep_dir.glob(".*.tmp"))
 
 
 def _script(name: str) -> Any:
