@@ -112,8 +112,10 @@ def test_the_task_runner_runs_verls_with_the_recipes_trainer(
 def test_dump_override_refuses_a_changed_verl() -> None:
     def dump(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
 
-    with pytest.raises(RuntimeError, match="_dump_generations"):
-        recipe.require_signature(dump, recipe.DUMP_GENERATIONS_PARAMS, "_dump_generations")
+    with pytest.raises(RuntimeError, match=r"'scores', 'dump_path'\) is not .*rlvr/train/trainer\.py"):
+        recipe.require_parameters(
+            dump, recipe.DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
+        )
 
 
 def test_the_driver_writes_the_run_report(

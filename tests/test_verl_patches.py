@@ -77,7 +77,7 @@ def test_file_logger_fix_refuses_a_changed_verl() -> None:
         def log(self, data: dict, step: int, commit: bool = True) -> None: ...
         def finish(self) -> None: ...
 
-    with pytest.raises(RuntimeError, match=r"FileLogger\.log.*verl_patches\.py"):
+    with pytest.raises(RuntimeError, match=r"FileLogger\.log.*update rlvr/train/verl_patches\.py"):
         fixed_file_logger(FileLogger)
 
 
@@ -102,7 +102,7 @@ def test_trainer_rebinding_refuses_a_taskrunner_that_no_longer_names_it(
             trainer.fit()
 
     monkeypatch.setattr(main_ppo, "TaskRunner", TaskRunner)
-    refused = pytest.raises(RuntimeError, match="no longer has 'trainer = RayPPOTrainer\\('")
+    refused = pytest.raises(RuntimeError, match="no longer contains 'trainer = RayPPOTrainer\\('")
     with refused, verl_as_the_recipes_run_it(object):
         pass
 

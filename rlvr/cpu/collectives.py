@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rlvr.cpu.guards import require_parameters as _require_parameters
+from rlvr.common.verl_guards import require_parameters as _require_parameters
 
 
 def reduce_scatter_on_gloo() -> None:

@@ -55,7 +55,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rlvr.cpu.guards import require_parameters as _require_parameters
+from rlvr.common.verl_guards import require_parameters as _require_parameters
 
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 THREADS_ENV = "RLVR_CPU_THREADS"

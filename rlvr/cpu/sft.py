@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rlvr.cpu.guards import require_source
+from rlvr.common.verl_guards import require_source
 
 _installed = False
 

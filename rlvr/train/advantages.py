@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.cpu.guards import require_source
+from rlvr.common.verl_guards import require_source
 
 DROP_CONSTANT = "grpo_drop_constant"
 #: Scores closer than this are alike (rewards are sums of a few floats).

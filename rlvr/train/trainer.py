@@ -25,11 +25,8 @@ from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from rlvr.train.verl_patches import (
-    FILE_LOGGER_PATH_ENV,
-    require_signature,
-    verl_as_the_recipes_run_it,
-)
+from rlvr.common.verl_guards import require_parameters
+from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, verl_as_the_recipes_run_it
 
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets VERL_FILE_LOGGER_PATH
 DUMP_GENERATIONS_PARAMS = (
@@ -67,7 +64,9 @@ class RecipeTrainer(RayPPOTrainer):
             prune_step_files(dump_path, int(bounds["keep_last"]), int(bounds["keep_every"]))
 
 
-require_signature(RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, "_dump_generations")
+require_parameters(
+    RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
+)
 
 
 class RecipeTaskRunner(TaskRunner):

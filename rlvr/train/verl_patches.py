@@ -21,26 +21,18 @@ each refuses, naming this file, a verl whose code is not the one read here.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rlvr.common.verl_guards import require_parameters, require_source
+
 FILE_LOGGER_PATH_ENV = "VERL_FILE_LOGGER_PATH"  # read by verl's FileLogger
+OWNER = "rlvr/train/verl_patches.py"
 # The line of verl 0.6.1's TaskRunner.run that the trainer rebinding relies on.
 TRAINER_CONSTRUCTION = "trainer = RayPPOTrainer("
-
-
-def require_signature(function: Callable[..., Any], expected: Sequence[str], where: str) -> None:
-    """Raise unless ``function`` takes exactly the parameters of verl 0.6.1's (``expected``)."""
-    found = tuple(inspect.signature(function).parameters)
-    if found != tuple(expected):
-        raise RuntimeError(
-            f"rlvr: verl's {where}{found} is not 0.6.1's {tuple(expected)}: this verl is not the "
-            "one rlvr/train/verl_patches.py was written against; check the change and update it"
-        )
 
 
 def plain_json(value: Any) -> Any:
@@ -59,7 +51,7 @@ def fixed_file_logger(verl_file_logger: type) -> type:
         ("log", ("self", "data", "step")),
         ("finish", ("self",)),
     ):
-        require_signature(getattr(verl_file_logger, name), params, f"FileLogger.{name}")
+        require_parameters(getattr(verl_file_logger, name), params, owner=OWNER)
 
     class FixedFileLogger(verl_file_logger):
         def __init__(self, project_name: str, experiment_name: str) -> None:
@@ -87,11 +79,11 @@ def verl_as_the_recipes_run_it(trainer_class: type) -> Iterator[None]:
     from verl.trainer import main_ppo
     from verl.utils import tracking
 
-    if TRAINER_CONSTRUCTION not in inspect.getsource(main_ppo.TaskRunner.run):
-        raise RuntimeError(
-            f"rlvr: verl's TaskRunner.run no longer has {TRAINER_CONSTRUCTION!r}: the recipes' "
-            "trainer would not be used; update rlvr/train/verl_patches.py"
-        )
+    require_source(
+        main_ppo.TaskRunner.run,
+        TRAINER_CONSTRUCTION,
+        f"the recipes' trainer would not be used; update {OWNER}",
+    )
     saved = main_ppo.RayPPOTrainer, tracking.FileLogger
     main_ppo.RayPPOTrainer = trainer_class  # type: ignore[misc,assignment]
     tracking.FileLogger = fixed_file_logger(tracking.FileLogger)  # type: ignore[misc,assignment]

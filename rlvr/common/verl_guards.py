@@ -1,5 +1,5 @@
-"""Refuse to patch or build on a verl function that is not the one a fix was written against
-(its parameters, or a line of its source)."""
+"""Refuse to patch, wrap or build on a verl function that is not the one a change was written
+against (its parameters, or a line of its source): every runtime change to verl checks first."""
 
 from __future__ import annotations
 
@@ -9,22 +9,26 @@ from typing import Any
 
 
 def require_parameters(
-    function: Callable[..., Any], expected: tuple[str, ...], decorated: str | None = None
+    function: Callable[..., Any],
+    expected: tuple[str, ...],
+    decorated: str | None = None,
+    owner: str = "rlvr/cpu/compat.py",
 ) -> None:
-    """Refuse to wrap a verl function whose parameters are not the ones this module was written
-    against (verl 0.6.1). ``decorated``: the name of the function a decorator's
-    ``(*args, **kwargs)`` wrapper holds (verl's ``GPUMemoryLogger`` keeps no ``__wrapped__``)."""
+    """Refuse to wrap a verl function whose parameters are not the ones ``owner`` (the module
+    that changes it) was written against (verl 0.6.1). ``decorated``: the name of the function a
+    decorator's ``(*args, **kwargs)`` wrapper holds (verl's ``GPUMemoryLogger`` keeps no
+    ``__wrapped__``)."""
     if decorated is not None:
         held = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
         inner = [f for f in held if inspect.isfunction(f) and f.__name__ == decorated]
         if len(inner) != 1:
-            raise RuntimeError(f"rlvr.cpu.compat: no {decorated} inside {function!r}")
+            raise RuntimeError(f"rlvr: no {decorated} inside {function!r}; update {owner}")
         function = inner[0]
     found = tuple(inspect.signature(function).parameters)
     if found != expected:
         raise RuntimeError(
-            f"rlvr.cpu.compat: {function.__qualname__}{found} is not verl 0.6.1's {expected};"
-            " update rlvr/cpu/compat.py for this verl"
+            f"rlvr: verl's {function.__qualname__}{found} is not verl 0.6.1's {expected}; "
+            f"update {owner} for this verl"
         )
 
 
