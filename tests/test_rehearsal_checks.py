@@ -112,9 +112,44 @@ def test_loads_strictly_rejects_a_peft_keyed_folder(tiny_model_dir: Path, tmp_pa
         checks.loads_strictly(bad, None)
 
 
-def test_wandb_run_needs_exactly_one_new_run(tmp_path: Path) -> None:
+def test_wandb_run_needs_exactly_one_new_non_empty_run(tmp_path: Path) -> None:
     with pytest.raises(checks.RehearsalFailure, match="0 new wandb runs"):
-        checks.wandb_run(tmp_path, set(), [1, 2])
+        checks.wandb_run(tmp_path, set())
+    run = tmp_path / "offline-run-1/run-1.wandb"
+    run.parent.mkdir()
+    run.touch()
+    with pytest.raises(checks.RehearsalFailure, match="its run file is empty"):
+        checks.wandb_run(tmp_path, set(), table=None)
+    with pytest.raises(checks.RehearsalFailure, match="0 new wandb runs"):
+        checks.wandb_run(tmp_path, {run}, table=None)
+
+
+def _log(path: Path, *steps: tuple[int, dict[str, float]]) -> int:
+    """Append steps as verl's file logger does; the file's size before them."""
+    before = path.stat().st_size if path.exists() else 0
+    with open(path, "a") as handle:
+        handle.writelines(json.dumps({"step": s, "data": d}) + "\n" for s, d in steps)
+    return before
+
+
+TRAINED = {"actor/entropy": 0.5, "critic/score/mean": 0.25}
+
+
+def test_logged_steps_counts_trained_steps_past_the_last_launch(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    with pytest.raises(checks.RehearsalFailure, match="file logger wrote nothing"):
+        checks.logged_steps(metrics, [1, 2])
+    _log(metrics, (0, {"val-core/x": 0.0}), (1, TRAINED), (2, TRAINED))
+    assert "steps [1, 2] (critic/score/mean [0.25, 0.25])" in checks.logged_steps(metrics, [1, 2])
+    with pytest.raises(checks.RehearsalFailure, match=r"trained steps \[1, 2\], expected \[1\]"):
+        checks.logged_steps(metrics, [1])
+    # the resumed launch appends: it validates step 2 again, then trains step 3 alone
+    resumed = _log(metrics, (2, {"val-core/x": 0.5}), (3, TRAINED))
+    assert "steps [3]" in checks.logged_steps(metrics, [3], start=resumed)
+    # negative control: a relaunch that did not resume trains steps 1 to 3 again
+    again = _log(metrics, (1, TRAINED), (2, TRAINED), (3, TRAINED))
+    with pytest.raises(checks.RehearsalFailure, match=r"trained steps \[1, 2, 3\], expected"):
+        checks.logged_steps(metrics, [3], start=again)
 
 
 def test_devices_fail_cleanly_when_every_rank_imported_torch_in_the_hook(tmp_path: Path) -> None:
@@ -146,11 +181,11 @@ wandb.finish()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     wandb_dir = tmp_path / "wandb"
     if with_table:
-        assert "val/generations table" in checks.wandb_run(wandb_dir, set(), [1, 2])
+        assert "val/generations table" in checks.wandb_run(wandb_dir, set())
     else:
         with pytest.raises(checks.RehearsalFailure, match="no val/generations table"):
-            checks.wandb_run(wandb_dir, set(), [1, 2])
-        assert "finished" in checks.wandb_run(wandb_dir, set(), [1, 2], table=None)
+            checks.wandb_run(wandb_dir, set())
+        assert "bytes" in checks.wandb_run(wandb_dir, set(), table=None)
 
 
 def test_gradient_scale_passes_whole_gradients_and_names_a_shrunk_one(

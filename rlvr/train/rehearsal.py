@@ -88,12 +88,14 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, _config(plan)))
         lora_dir = actor / "lora_adapter" if plan.lora else None
         runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
+        metrics = Path(_config(plan).paths.metrics)
+        runner.step("metrics", lambda: checks.logged_steps(metrics, [1, 2]))
         wandb_dir = plan.out / "logs/wandb"
-        runner.step("wandb", lambda: checks.wandb_run(wandb_dir, set(), [1, 2]))
-        known = set(wandb_dir.glob("offline-run-*/run-*.wandb"))
+        runner.step("wandb", lambda: checks.wandb_run(wandb_dir, set()))
+        known = set(wandb_dir.glob("offline-run-*/run-*.wandb")), metrics.stat().st_size
         resume = runner.step("resume", lambda: launch(plan, cluster, 3, "resume", timeout_s))
         peak, machine = max(peak, resume.peak_bytes), max(machine, resume.peak_machine_bytes)
-        runner.step("resumed", lambda: _resumed(plan, known))
+        runner.step("resumed", lambda: _resumed(plan, metrics, known))
     except checks.RehearsalFailure:
         pass
     finally:
@@ -127,11 +129,15 @@ def _gradient_scale(plan: Plan) -> str:
     return checks.gradient_scale(_config(plan), plan.out / "models/tiny", worlds)
 
 
-def _resumed(plan: Plan, known: set[Path]) -> str:
+def _resumed(plan: Plan, metrics: Path, known: tuple[set[Path], int]) -> str:
+    """The relaunch loaded step 2 and trained step 3 only, into a new wandb run; ``known`` is the
+    wandb runs and the metrics.jsonl size the first launch left."""
     log = (plan.out / "resume.log").read_text()
     if "global_step_2" not in log or "Load from checkpoint folder" not in log:
         raise checks.RehearsalFailure("the relaunch did not load global_step_2")
-    return "from global_step_2; " + checks.wandb_run(plan.out / "logs/wandb", known, [3])
+    runs, logged = known
+    steps = checks.logged_steps(metrics, [3], start=logged)
+    return f"from global_step_2; {steps}; {checks.wandb_run(plan.out / 'logs/wandb', runs)}"
 
 
 def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -> None:

@@ -2,7 +2,7 @@
 
 Each check returns a one-line finding and raises ``RehearsalFailure`` with the reason when the
 claim does not hold. They read only files the run wrote: the setup hook's device trace
-(``RLVR_TRACE_DIR``), the checkpoint folder and the offline wandb run.
+(``RLVR_TRACE_DIR``), the checkpoint folder, verl's metrics.jsonl and the offline wandb run.
 """
 
 from __future__ import annotations
@@ -243,6 +243,46 @@ def same_step_one(run: Path, reference: Path) -> str:
     return f"step 1 agrees with one node at the same world size ({shown})"
 
 
+def logged_steps(metrics: Path, expected: list[int], start: int = 0) -> str:
+    """verl's ``file`` logger (the config's ``paths.metrics``) holds training metrics for exactly
+    the ``expected`` steps past byte ``start``: a resumed launch appends from where the last one
+    ended, and must not train the earlier steps again."""
+    from rlvr.report.metrics_log import parse_steps
+
+    try:
+        text = metrics.read_bytes()[start:].decode("utf-8")
+    except FileNotFoundError:
+        raise RehearsalFailure(f"{metrics}: verl's file logger wrote nothing") from None
+    records = [r for r in parse_steps(text, str(metrics)) if "actor/entropy" in r.metrics]
+    trained = [r.step for r in records]
+    if trained != expected:
+        raise RehearsalFailure(f"{metrics}: trained steps {trained}, expected {expected}")
+    scores = [r.metrics.get("critic/score/mean") for r in records]
+    return f"{metrics.name}: steps {trained} (critic/score/mean {scores})"
+
+
+def wandb_run(wandb_dir: Path, known: set[Path], table: str | None = "val/generations") -> str:
+    """Exactly one new offline wandb run, whose run file wandb wrote (not empty), and the
+    validation generations ``table`` (verl logs it to wandb alone, as a table media file, when
+    ``trainer.log_val_generations`` > 0)."""
+    # Enough for the steps: verl's Tracking.log hands each step's metrics to every logger in one
+    # call, so ``logged_steps`` on metrics.jsonl checks what wandb was given; this shows wandb ran.
+    runs = set(wandb_dir.glob("offline-run-*/run-*.wandb")) - known
+    if len(runs) != 1:
+        raise RehearsalFailure(f"{len(runs)} new wandb runs under {wandb_dir}, expected 1")
+    (run,) = runs
+    if run.stat().st_size == 0:
+        raise RehearsalFailure(f"{run.parent.name}: its run file is empty")
+    # wandb saves a logged Table as files/media/table/<key>_<step>_<hash>.table.json.
+    if table is not None and not any(run.parent.glob(f"files/media/table/{table}_*.table.json")):
+        raise RehearsalFailure(f"{run.parent.name}: no {table} table (trainer.log_val_generations)")
+    logged = f", {table} table" if table is not None else ""
+    return f"{run.parent.name}: run file of {run.stat().st_size:,} bytes{logged}"
+
+
+# Readers of wandb's internal run-file format, kept only for tests/conftest.py,
+# tests/test_train_e2e.py and benchmarks/bench_train_cpu.py (old commits without metrics.jsonl);
+# no rehearsal check uses them.
 def wandb_records(run_file: Path) -> Iterator[tuple[str, Any]]:
     """(record type, record) for every record of an offline wandb run file."""
     from wandb.proto import wandb_internal_pb2
@@ -264,31 +304,6 @@ def wandb_history(run_file: Path) -> tuple[dict[int, dict[str, Any]], set[str]]:
         if "training/global_step" in row:
             rows[int(row["training/global_step"])].update(row)
     return dict(rows), kinds
-
-
-def wandb_run(
-    wandb_dir: Path, known: set[Path], expected: list[int], table: str | None = "val/generations"
-) -> str:
-    """Exactly one new offline run, finished (exit record), with training metrics for exactly
-    the expected steps (a resumed launch must not train the earlier ones again), and the
-    validation generations ``table`` (verl logs one when ``trainer.log_val_generations`` > 0)."""
-    runs = set(wandb_dir.glob("offline-run-*/run-*.wandb")) - known
-    if len(runs) != 1:
-        raise RehearsalFailure(f"{len(runs)} new wandb runs under {wandb_dir}, expected 1")
-    (run,) = runs
-    rows, kinds = wandb_history(run)
-    trained = sorted(step for step, row in rows.items() if "actor/entropy" in row)
-    if trained != expected:
-        raise RehearsalFailure(f"{run.parent.name}: trained steps {trained}, expected {expected}")
-    if "exit" not in kinds:
-        raise RehearsalFailure(f"{run.parent.name}: holds the steps but was never finished")
-    # A table is logged as nested keys (val/generations + ncols, path, ...), joined with "/".
-    logged_keys = {key for row in history_rows(run) for key in row}
-    if table is not None and not any(k.startswith(f"{table}/") for k in logged_keys):
-        raise RehearsalFailure(f"{run.parent.name}: no {table} table (trainer.log_val_generations)")
-    scores = [rows[step].get("critic/score/mean") for step in trained]
-    logged = f", {table} table" if table is not None else ""
-    return f"{run.parent.name}: steps {trained} (critic/score/mean {scores}){logged}, finished"
 
 
 def history_rows(run_file: Path) -> Iterator[dict[str, Any]]:
