@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,25 +67,36 @@ def seed_major(points: Sequence[GridPoint]) -> list[GridPoint]:
     return sorted(points, key=lambda p: int(p.values[SEED_AXIS]))  # stable: grid order within
 
 
+def point_specs(spec: SweepSpec, preset_overrides: Mapping[str, list[str]]) -> list[SweepSpec]:
+    """One one-point sweep per grid point, seed-major, each with its preset's own overrides
+    (``preset_overrides``, e.g. dapo's overlong buffer for a short response budget)."""
+    return [
+        replace(
+            spec,
+            grid=[replace(axis, values=(point.values[axis.name],)) for axis in spec.grid],
+            overrides=[*spec.overrides, *preset_overrides.get(point.values[OBJECTIVE_AXIS], [])],
+        )
+        for point in seed_major(grid_points(spec.grid))
+    ]
+
+
 def run_points(
     spec: SweepSpec,
     sweep_dir: Path,
     timeout_s: float,
     deadline: float | None = None,
     echo: Callable[[str], None] = print,
+    preset_overrides: Mapping[str, list[str]] | None = None,
 ) -> list[RunStatus]:
     """Each point through ``rlvr.sweep.runner.run_sweep`` as a one-point sweep in the same
     folder (a rerun skips finished points), seed-major; no point starts after ``deadline``
     (epoch seconds), since the sweep itself only bounds each point, not the whole grid."""
     statuses = []
-    for point in seed_major(grid_points(spec.grid)):
+    for one in point_specs(spec, preset_overrides or {}):
         if deadline is not None and time.time() > deadline:
+            (point,) = grid_points(one.grid)
             echo(f"{point.name}: not started, past the deadline")
             continue
-        one = replace(
-            spec,
-            grid=[replace(axis, values=(point.values[axis.name],)) for axis in spec.grid],
-        )
         statuses += run_sweep(one, sweep_dir, timeout_s=timeout_s, echo=echo)
     return statuses
 

@@ -137,3 +137,24 @@ def test_validation_dumps_follow_each_point() -> None:
     overrides = compare.validation_overrides(4, 0.7, 32)
     assert "actor_rollout_ref.rollout.val_kwargs.do_sample=true" in overrides
     assert "trainer.validation_data_dir=${trainer.default_local_dir}/validation" in overrides
+
+
+def test_dapo_points_get_a_buffer_that_fits_the_cpu_budget() -> None:
+    """objective/dapo.yaml's buffer is for 1024 tokens; the benchmark's dapo points carry their
+    own, which pre-flight's check accepts, and the other presets carry none (the naive reward
+    manager would refuse the key). Negative control: a dapo point without it is refused."""
+    from rlvr.train.config import compose
+    from rlvr.train.preflight import _overlong_buffer_problems
+
+    found = importlib.util.spec_from_file_location(
+        "compare_objectives", ROOT / "benchmarks/compare_objectives.py"
+    )
+    assert found is not None and found.loader is not None
+    bench = importlib.util.module_from_spec(found)
+    found.loader.exec_module(bench)
+    spec = compare.comparison_spec("t", bench.EXPERIMENT, ["grpo", "dapo"], [1], [])
+    grpo, dapo = compare.point_specs(spec, bench.PRESET_OVERRIDES)
+    assert not any("overlong" in o for o in grpo.overrides)
+    fitted = compose(bench.EXPERIMENT, ["objective=dapo", *dapo.overrides])
+    assert _overlong_buffer_problems(fitted) == []
+    assert _overlong_buffer_problems(compose(bench.EXPERIMENT, ["objective=dapo"])) != []

@@ -326,6 +326,8 @@ BAD = [
     ("actor_rollout_ref.model.path={root}/model_nometa", "index.json: no metadata object"),
     ("actor_rollout_ref.model.path={root}/model_notype", "config.json: no model_type"),
     ("actor_rollout_ref.model.path={root}/model_peft", "model_peft holds PEFT-keyed LoRA"),
+    # objective/dapo.yaml's 204-token buffer is for 1024 tokens; countdown_cpu answers in 48
+    ("objective=dapo", "overlong_buffer_cfg.len=204 must be above 0 and below"),
 ]
 
 
@@ -350,6 +352,7 @@ def test_bad_input_is_one_line_exit_2(
         ["actor_rollout_ref.model.path={root}/model_sharded"],
         ["actor_rollout_ref.actor.optim.lr=1", "trainer.n_gpus_per_node=1", "trainer.nnodes=1"],
         ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"],
+        ["objective=dapo", "reward_model.reward_kwargs.overlong_buffer_cfg.len=9"],
     ],
 )
 def test_good_input_passes(

@@ -21,6 +21,8 @@ import sys
 import warnings
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from rlvr import tasks
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
@@ -151,6 +153,24 @@ def _reward_problems(config: Any, task: TaskSpec | None) -> list[str]:
     return []
 
 
+OVERLONG_BUFFER_KEY = "reward_model.reward_kwargs.overlong_buffer_cfg.len"
+
+
+def _overlong_buffer_problems(config: Any) -> list[str]:
+    """verl's DAPO manager penalises the last ``len`` tokens of the response budget; a buffer as
+    long as the budget penalises every response (objective/dapo.yaml's 204 is for 1024 tokens)."""
+    buffer = OmegaConf.select(config, OVERLONG_BUFFER_KEY, default=None)
+    budget = int(config.data.max_response_length)
+    if buffer is None or not config.reward_model.reward_kwargs.overlong_buffer_cfg.get("enable"):
+        return []
+    if not 0 < int(buffer) < budget:
+        return [
+            f"{OVERLONG_BUFFER_KEY}={buffer} must be above 0 and below data.max_response_length="
+            f"{budget} (DAPO's last fifth: set {OVERLONG_BUFFER_KEY}={budget // 5})"
+        ]
+    return []
+
+
 def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
     if config.actor_rollout_ref.rollout.name == "hf":  # the CPU path advertises one Ray GPU
         return []
@@ -180,6 +200,7 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     numeric = numeric_problems(config)
     problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
     problems += _gpu_problems(config, visible_gpus)
+    problems += _overlong_buffer_problems(config)
     problems += _reward_problems(config, task)
     plan, ray_problem = ray_plan(config)
     print(f"pre-flight: ray: {plan}")
