@@ -13,7 +13,7 @@ Ray temp dir, and only that Ray's leftover processes are cleaned up.
 
 Per-step metrics come from each run's structured records: the current tree's ``metrics.jsonl``
 (verl's file logger, ``rlvr.report.metrics_log.read_steps``) and, for a commit without it (such as
-a3b0be1), its offline wandb run file (``rlvr.train.rehearsal_checks.wandb_history``). The table
+a3b0be1), its offline wandb run file (``tests/wandb_run_file.py``, loaded by path). The table
 holds the median of each ``timing_s/*`` key over the steps after the first (which warms up), and
 of ``perf/throughput``, verl's tokens (prompt and response) per second per GPU; the last line is
 ``ratio: new/old`` of the median throughputs.
@@ -22,6 +22,7 @@ of ``perf/throughput``, verl's tokens (prompt and response) per second per GPU; 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -30,10 +31,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlvr.common import processes
 from rlvr.report.metrics_log import read_steps
-from rlvr.train.rehearsal_checks import wandb_history
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / "artifacts/models/smollm2-135m-instruct"
@@ -166,6 +167,17 @@ def launch(tree: Path, out: Path, data: Path, steps: int, timeout_s: float) -> f
     return done.seconds
 
 
+def _wandb_run_file() -> Any:
+    """tests/wandb_run_file.py: the tests' reader of wandb's offline run files."""
+    spec = importlib.util.spec_from_file_location(
+        "wandb_run_file", ROOT / "tests/wandb_run_file.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_rows(out: Path) -> dict[int, dict[str, float]]:
     """Training steps (those with a throughput): from the run's ``metrics.jsonl`` when its tree
     writes one (verl's file logger, flushed per step), else from its one offline wandb run."""
@@ -176,7 +188,7 @@ def read_rows(out: Path) -> dict[int, dict[str, float]]:
         runs = sorted((out / "logs/wandb").glob("offline-run-*/run-*.wandb"))
         if len(runs) != 1:
             raise SystemExit(f"{out}: {len(runs)} wandb run files, expected 1")
-        history, _ = wandb_history(runs[0])
+        history, _ = _wandb_run_file().wandb_history(runs[0])
         rows = {
             step: {k: float(v) for k, v in row.items() if isinstance(v, int | float)}
             for step, row in history.items()

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from wandb_run_file import wandb_records
 
 from rlvr.common import processes
-from rlvr.train.rehearsal_checks import wandb_records
 
 __all__ = ["run_bounded", "wandb_records"]
 

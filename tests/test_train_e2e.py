@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import countdown_workdir, cpu_launch, run_bounded, wandb_records
+from wandb_run_file import history_rows
 
 from rlvr.report.metrics_log import read_steps
 
@@ -121,8 +122,6 @@ def test_run_ends_with_a_report_rollout_dumps_and_wandb_tables(
     assert len(rows) == 4 and {"input", "output", "score", "acc"} <= rows[0].keys()
     assert f"rlvr: run report {run}/report.md" in first_run
     assert "reward.png" in (run / "report.md").read_text()
-    from rlvr.train.rehearsal_checks import history_rows
-
     (run_file,) = (workdir / "logs/wandb").glob("offline-run-*/run-*.wandb")
     keys = {key for row in history_rows(run_file) for key in row}
     assert any(key.startswith("val/generations/") for key in keys)

@@ -112,7 +112,8 @@ def test_the_task_runner_runs_verls_with_the_recipes_trainer(
 def test_dump_override_refuses_a_changed_verl() -> None:
     def dump(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
 
-    with pytest.raises(RuntimeError, match=r"'scores', 'dump_path'\) is not .*rlvr/train/trainer\.py"):
+    refused = r"'scores', 'dump_path'\) is not .*rlvr/train/trainer\.py"
+    with pytest.raises(RuntimeError, match=refused):
         recipe.require_parameters(
             dump, recipe.DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
         )
