@@ -1,7 +1,7 @@
 """A training run's report: health alarms, curves and report.md, from the run folder.
 
-``build(run_dir)`` is the one entry point (scripts/report.py calls it, and so can the trainer's
-end-of-fit hook, which logs ``Report.figures`` to wandb). The parts: ``records`` (metrics.jsonl
+``build(run_dir)`` is the one entry point (scripts/report.py calls it, and so does the training
+entry point, ``rlvr/train/main.py``, when training returns). The parts: ``records`` (metrics.jsonl
 and verl's rollout dumps), ``alarms`` (pure checks with named thresholds), ``figures`` (PNGs) and
 ``markdown`` (report.md). docs/REPORT.md explains each alarm.
 """

@@ -1,5 +1,6 @@
 """Advantage estimators the objective presets can name (``algorithm.adv_estimator``), registered
-with verl 0.6.1's own registry (``core_algos.register_adv_est``) by the setup hook.
+with verl 0.6.1's own registry (``core_algos.register_adv_est``) by the recipes' TaskRunner
+(``rlvr.train.trainer``).
 
 ``grpo_drop_constant``: GRPO's advantages (verl's ``compute_grpo_outcome_advantage``), with the
 groups whose responses all scored alike dropped from the policy update: the TuFT Countdown
