@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.evaluation.errors import EvalError
 from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
@@ -181,10 +182,10 @@ def load_tokenizer(source: ModelSource) -> Any:
 
 
 def load_failure(what: str, where: str, exc: Exception) -> str:
-    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    message = first_line(exc)
     hint = (
         " (hub ids need network access; offline, download the model elsewhere and pass its folder)"
         if HUB_ID.match(where) and not Path(where).exists()
         else ""
     )
-    return f"could not load the {what} from {where}: {first_line}{hint}"
+    return f"could not load the {what} from {where}: {message}{hint}"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.files import write_json_atomic, write_text_atomic
+from rlvr.common.messages import first_line
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
@@ -81,8 +82,7 @@ def _parquet_frame(path: Path) -> Any:
     try:
         return pd.read_parquet(path)
     except Exception as exc:
-        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise EvalError(f"--data {path}: not a readable Parquet file ({first_line})") from exc
+        raise EvalError(f"--data {path}: not a readable Parquet file ({first_line(exc)})") from exc
 
 
 def load_rows(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.report.metrics_log import StepRecord, read_steps
 from rlvr.tasks.spec import TaskSpec
 
@@ -185,7 +186,7 @@ def load_run(
     try:
         steps = read_steps(metrics)
     except (ValueError, OSError, UnicodeDecodeError) as exc:
-        raise ReportError(_one_line(exc)) from None
+        raise ReportError(first_line(exc)) from None
     if not steps:
         raise NotYetError(f"{metrics}: no step logged (empty file)")
     rollouts, notes = read_rollouts(run_dir / ROLLOUTS_DIR, cache)
@@ -275,8 +276,3 @@ def _nested_hint(run_dir: Path) -> str:
         return " (is it the run's trainer.default_local_dir?)"
     names = ", ".join(str(path.parent) for path in nested)
     return f"; runs inside it: {names}"
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

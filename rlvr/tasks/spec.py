@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.common.paths import ARTIFACTS, CONFIG_DIR, ROOT
 from rlvr.data.prep import PrepResult
 
@@ -149,12 +150,12 @@ def check_reward_kwargs(path: Path, kwargs: Mapping[str, object], task: str) -> 
         else:
             _check_by_signature(load_reward_function(path), kwargs, task)
     except ValueError as exc:
-        raise TaskError(_one_line(exc)) from None
+        raise TaskError(first_line(exc)) from None
     except TaskError:
         raise
     except Exception as exc:  # a foreign reward's validator failing some other way
         raise TaskError(
-            f"{path}: validate_reward_kwargs: {type(exc).__name__}: {_one_line(exc)}"
+            f"{path}: validate_reward_kwargs: {type(exc).__name__}: {first_line(exc)}"
         ) from None
 
 
@@ -167,8 +168,3 @@ def _check_by_signature(function: RewardFunction, kwargs: Mapping[str, object], 
     if unknown:
         listed = ", ".join(valid) or "none"
         raise TaskError(f"unknown reward kwarg {unknown[0]!r} for {task}; valid: {listed}")
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

@@ -33,6 +33,7 @@ from typing import Any
 
 from rlvr.common.cli import OneLineParser
 from rlvr.common.files import new_mode, read_safetensors_header, swap_in, widen_to_umask
+from rlvr.common.messages import first_line
 from rlvr.models.hub import HUB_ID, WeightsError, index_files, weight_files
 from rlvr.models.hub import weight_state as hub_weight_state
 
@@ -187,13 +188,13 @@ def _write_merged(adapter: Path, base: str, out: Path, carry: Path | None) -> st
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     except (OSError, ValueError) as exc:
-        raise MergeError(f"could not load the base model {base}: {_first_line(exc)}") from exc
+        raise MergeError(f"could not load the base model {base}: {first_line(exc)}") from exc
     try:
         with warnings.catch_warnings():  # verl's adapter_config.json has it (asdict): harmless
             warnings.filterwarnings("ignore", message=".*contains a `runtime_config` key")
             peft_model = PeftModel.from_pretrained(model, str(adapter))
     except (RuntimeError, ValueError, KeyError) as exc:  # shapes of another base model
-        raise MergeError(f"{adapter} does not fit the base {base}: {_first_line(exc)}") from exc
+        raise MergeError(f"{adapter} does not fit the base {base}: {first_line(exc)}") from exc
     # PEFT loads adapters non-strictly, and lora_B starts at zero: a key that does not match
     # would silently leave that layer unadapted.
     with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as handle:
@@ -230,10 +231,6 @@ def load_strictly(folder: Path, **kwargs: Any) -> Any:
     return model
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
 def _actor_dir(path: Path) -> Path | None:
     """The actor folder ``path`` names (actor/, actor/huggingface/ or global_step_N/), if any."""
     if (path / ADAPTER_DIR).is_dir():
@@ -265,7 +262,7 @@ def _experiment_root(experiment: str, overrides: list[str]) -> Path:
     try:
         return Path(str(compose(experiment, overrides).trainer.default_local_dir))
     except Exception as exc:  # Hydra's errors: unknown experiment, bad override
-        raise MergeError(f"--experiment {experiment}: {_first_line(exc)}") from exc
+        raise MergeError(f"--experiment {experiment}: {first_line(exc)}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

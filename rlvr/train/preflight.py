@@ -24,12 +24,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlvr import tasks
+from rlvr.common.messages import first_line
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
 from rlvr.train.batching import batching
 from rlvr.train.checkpoint_budget import estimate, human
 from rlvr.train.preflight_data import data_problems
-from rlvr.train.preflight_text import first_line
 from rlvr.train.ray_cluster import ray_plan
 
 MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32

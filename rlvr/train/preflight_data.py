@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.tasks import TaskSpec
-from rlvr.train.preflight_text import first_line
 
 PARQUET_MAGIC = b"PAR1"  # a Parquet file starts and ends with it
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.cli import OneLineParser
+from rlvr.common.messages import first_line
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import reap, stop
 from rlvr.train import rehearsal_checks as checks
@@ -56,7 +57,7 @@ class Runner:
         except Exception as exc:  # a check that crashes still names its step
             if not isinstance(exc, checks.RehearsalFailure):
                 exc = checks.RehearsalFailure(f"{type(exc).__name__}: {exc}")
-            self.rows.append((name, "FAIL", str(exc).splitlines()[0]))
+            self.rows.append((name, "FAIL", first_line(exc)))
             print(f"FAILED at step '{name}': {exc}", file=sys.stderr, flush=True)
             raise exc from None
         detail = result if isinstance(result, str) else getattr(result, "summary", "")

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.common.paths import CONFIG_DIR
 from rlvr.train.config import ConfigError, _close
 
@@ -48,8 +49,7 @@ def compose_sft(
         with initialize_config_dir(config_dir=str(SFT_DIR), version_base=None):
             return compose(config_name=experiment, overrides=root_override + list(overrides or []))
     except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{experiment}: {first}") from None
+        raise ConfigError(f"{experiment}: {first_line(exc)}") from None
 
 
 def processes(config: Any) -> int:
