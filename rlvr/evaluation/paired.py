@@ -25,7 +25,7 @@ from scipy.stats import t as student_t
 
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.metrics import is_success
-from rlvr.evaluation.records import GradedSample, Summary, load_summary, read_jsonl
+from rlvr.evaluation.records import GradedSample, Summary, load_summary, read_records
 
 PromptKey = tuple[int, str]  # (prompt_index, the ground truth as canonical JSON)
 
@@ -86,8 +86,7 @@ class EvalRunSamples:
         if not samples_file.is_file():
             raise EvalError(f"{folder}: no samples.jsonl (is it an eval run folder?)")
         prompts: dict[PromptKey, list[GradedSample]] = {}
-        for record in read_jsonl(samples_file):
-            sample = GradedSample.from_json(record, str(samples_file))
+        for sample in read_records(samples_file, GradedSample):
             prompts.setdefault(prompt_key(sample), []).append(sample)
         if not prompts:
             raise EvalError(f"{samples_file}: no samples")

@@ -8,24 +8,35 @@
 
 On disk each record is one flat JSON object with the keys users and ``compare`` read
 (``prompt_index``, ``score``, ``pass@4``, ``mean_variance``, ...); ``to_json`` writes that form
-and ``from_json`` reads it back, checking the types, so a summary from any earlier version loads.
+and ``parse`` reads it back with pydantic in strict mode ("3", 3.0 or true is no integer), so a
+summary from any earlier version loads and a bad one fails in one line.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.metrics import PromptStats, Verdict
 
-JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
-JSONDict: TypeAlias = dict[str, JSONValue]
-Fields: TypeAlias = Mapping[str, object]  # a record as json.loads hands it back
+JSONValue: TypeAlias = JsonValue
+JSONDict: TypeAlias = dict[str, JsonValue]
 ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
+R = TypeVar("R")
 
 
 def jsonable(value: object) -> JSONValue:
@@ -42,24 +53,19 @@ def jsonable(value: object) -> JSONValue:
     raise TypeError(f"{type(value).__name__} is not JSON-serializable: {value!r}")
 
 
-# ---------------------------------------------------------------- typed field access
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # built once per record type
 
 
-def _get(data: Fields, key: str, source: str) -> object:
-    if key not in data:
-        raise EvalError(f"{source}: no {key!r} (not an eval record?)")
-    return data[key]
-
-
-def _str(data: Fields, key: str, source: str) -> str:
-    value = _get(data, key, source)
-    if not isinstance(value, str):
-        raise EvalError(f"{source}: {key!r} is {value!r}, not a string")
-    return value
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def parse(cls: type[R], text: str | bytes, source: str) -> R:
+    """One record from its JSON text; a bad one as an EvalError naming ``source`` and the key."""
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    try:
+        return _ADAPTERS[cls].validate_json(text, strict=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        raise EvalError(f"{source}: {f'{key!r}: ' if key else ''}{error['msg']}") from exc
 
 
 def _as_float(value: object) -> float | None:
@@ -67,73 +73,49 @@ def _as_float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _int(data: Fields, key: str, source: str) -> int:
-    value = _get(data, key, source)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise EvalError(f"{source}: {key!r} is {value!r}, not an integer")
-    return value
+class _Record(BaseModel):
+    # strict: what parse refuses on disk, the constructor refuses in memory too
+    model_config = ConfigDict(strict=True, frozen=True)
 
-
-def _float(data: Fields, key: str, source: str) -> float:
-    value = _get(data, key, source)
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise EvalError(f"{source}: {key!r} is {value!r}, not a number")
-    return float(value)
-
-
-def _optional_float(data: Fields, key: str, source: str) -> float | None:
-    return None if data.get(key) is None else _float(data, key, source)
-
-
-def _object(data: Fields, key: str, source: str) -> JSONDict:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise EvalError(f"{source}: {key!r} is {value!r}, not an object")
-    return {str(k): jsonable(v) for k, v in value.items()}
+    def to_json(self) -> JSONDict:
+        return self.model_dump()
 
 
 # ---------------------------------------------------------------- samples and prompts
 
 
-_READERS = {
-    "str": _str,
-    "int": _int,
-    "float": _float,
-    "float | None": _optional_float,
-    "JSONDict": _object,
-    "JSONValue": lambda data, key, source: jsonable(data.get(key)),
-}
-
-
-def _read_fields(cls: type, data: Fields, source: str) -> dict[str, object]:
-    """Every field of dataclass ``cls`` read from ``data`` and checked by its annotation."""
-    return {f.name: _READERS[str(f.type)](data, f.name, source) for f in fields(cls)}
-
-
-def _field_values(record: object) -> JSONDict:
-    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class GradedSample:
+class GradedSample(_Record):
     """One response and its grade: a line of ``samples.jsonl`` (the logprobs stay in memory)."""
 
     prompt_index: int
     sample: int
-    ground_truth: JSONValue
+    ground_truth: JsonValue = None
     prompt_tokens: int
     response: str
     response_tokens: int
     finish_reason: str  # "stop" or "length" (hit max_tokens)
-    mean_neg_logprob: float | None
+    mean_neg_logprob: float | None = None
     # Everything the reward returned (score, format, valid, correct...), and its answer_key when
-    # the reward file defines one (a string, or None for no answer: what maj@k votes on).
+    # the reward file defines one (a string, or None for no answer: what maj@k votes on). On
+    # disk these keys sit beside the fields above.
     parts: JSONDict
-    logprobs: list[float] = field(default_factory=list, repr=False)
+    logprobs: list[float] = Field(default_factory=list, exclude=True, repr=False)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_parts(cls, data: Any) -> Any:
+        """A dict without ``parts`` is the flat form on disk: every other key is a part."""
+        if not isinstance(data, dict) or "parts" in data:
+            return data
+        own = cls.model_fields.keys() - {"parts", "logprobs"}
+        parts = {k: v for k, v in data.items() if k not in own}
+        return {**{k: v for k, v in data.items() if k in own}, "parts": parts}
+
+    @model_validator(mode="after")
+    def _scored(self) -> GradedSample:
         if _as_float(self.parts.get("score")) is None:
             raise EvalError(f"prompt {self.prompt_index}: the reward returned no numeric score")
+        return self
 
     @property
     def score(self) -> float:
@@ -151,80 +133,46 @@ class GradedSample:
         return key if isinstance(key, str) else None
 
     def to_json(self) -> JSONDict:
-        return {
-            "prompt_index": self.prompt_index,
-            "sample": self.sample,
-            "ground_truth": self.ground_truth,
-            "prompt_tokens": self.prompt_tokens,
-            "response": self.response,
-            "response_tokens": self.response_tokens,
-            "finish_reason": self.finish_reason,
-            "mean_neg_logprob": self.mean_neg_logprob,
-            **self.parts,
-        }
-
-    @classmethod
-    def from_json(cls, data: Fields, source: str = "samples.jsonl") -> GradedSample:
-        own = {f.name for f in fields(cls)} - {"parts", "logprobs"}
-        return cls(
-            prompt_index=_int(data, "prompt_index", source),
-            sample=_int(data, "sample", source),
-            ground_truth=jsonable(data.get("ground_truth")),
-            prompt_tokens=_int(data, "prompt_tokens", source),
-            response=_str(data, "response", source),
-            response_tokens=_int(data, "response_tokens", source),
-            finish_reason=_str(data, "finish_reason", source),
-            mean_neg_logprob=_optional_float(data, "mean_neg_logprob", source),
-            parts={k: jsonable(v) for k, v in data.items() if k not in own},
-        )
+        return {**self.model_dump(exclude={"parts"}), **self.parts}
 
 
-@dataclass(frozen=True)
-class PassKRecord:
+class PassKRecord(_Record):
     """One prompt of a ``passk`` run: its successes among n samples, pass@k for each k and, when
-    the reward names answers, maj@k for each k."""
+    the reward names answers, maj@k for each k (written as ``pass@4``, ``maj@4``...)."""
 
     prompt_index: int
-    ground_truth: JSONValue
+    ground_truth: JsonValue
     n: int
     successes: int
-    pass_at: dict[int, float]  # k -> unbiased pass@k
-    maj_at: dict[int, float] = field(default_factory=dict)  # k -> maj@k; empty: no answer keys
+    pass_at: dict[int, float] = Field(exclude=True)  # k -> unbiased pass@k
+    maj_at: dict[int, float] = Field(default_factory=dict, exclude=True)  # empty: no answer keys
 
     def to_json(self) -> JSONDict:
-        return {
-            "prompt_index": self.prompt_index,
-            "ground_truth": self.ground_truth,
-            "n": self.n,
-            "successes": self.successes,
-            **{f"pass@{k}": value for k, value in self.pass_at.items()},
-            **{f"maj@{k}": value for k, value in self.maj_at.items()},
-        }
+        at = {f"pass@{k}": v for k, v in self.pass_at.items()}
+        return {**super().to_json(), **at, **{f"maj@{k}": v for k, v in self.maj_at.items()}}
 
 
 @dataclass(frozen=True)
 class AnalyseRecord(PromptStats):
-    """One prompt of an ``analyse`` run: its group statistics and ground truth."""
+    """One prompt of an ``analyse`` run: its group statistics and ground truth.
 
-    ground_truth: JSONValue = None
+    A dataclass, to stay the ``PromptStats`` that ``metrics`` takes; ``parse`` reads it all the
+    same (strict pydantic accepts a JSON object for a dataclass)."""
+
+    ground_truth: JsonValue = None
 
     @classmethod
     def of(cls, stats: PromptStats, ground_truth: JSONValue) -> AnalyseRecord:
         return cls(**asdict(stats), ground_truth=ground_truth)
 
     def to_json(self) -> JSONDict:
-        return _field_values(self)
-
-    @classmethod
-    def from_json(cls, data: Fields, source: str = "prompts.jsonl") -> AnalyseRecord:
-        return cls(**_read_fields(cls, data, source))  # type: ignore[arg-type]
+        return asdict(self)
 
 
 # ---------------------------------------------------------------- the summary
 
 
-@dataclass(frozen=True)
-class RunHeader:
+class RunHeader(_Record):
     """What a run was: command, task, model, data, backend, sampling and grading settings."""
 
     command: str
@@ -237,22 +185,26 @@ class RunHeader:
     reward_kwargs: JSONDict
     template_kwargs: JSONDict
 
-    def to_json(self) -> JSONDict:
-        return _field_values(self)
 
-    @classmethod
-    def from_json(cls, data: Fields, source: str) -> RunHeader:
-        return cls(**_read_fields(cls, data, source))  # type: ignore[arg-type]
+class _VerdictKeys(_Record):
+    """A ``Verdict`` as ``summary.json`` holds it."""
+
+    verdict: str
+    advice: str = ""
+    checks: dict[str, bool] = Field(default_factory=dict)
 
 
-HEADER_KEYS = tuple(f.name for f in fields(RunHeader))
-VERDICT_KEYS = ("verdict", "advice", "checks")
+HEADER_KEYS = tuple(RunHeader.model_fields)
+VERDICT_KEYS = tuple(_VerdictKeys.model_fields)
 
 
 @dataclass(frozen=True)
 class Summary:
     """A run's ``summary.json``: its header, its metrics in report order, and for ``analyse``
-    the verdict. ``extra`` keeps keys this version does not know, so nothing is lost."""
+    the verdict. ``extra`` keeps keys this version does not know, so nothing is lost.
+
+    Not a pydantic model: its open keys split by value (numbers and nulls are metrics), which no
+    schema states."""
 
     header: RunHeader
     metrics: dict[str, float | None]  # "mean_score", "pass@1", "pass@4", "mean_variance"...
@@ -267,23 +219,26 @@ class Summary:
         return {**flat, **self.extra}
 
     @classmethod
-    def from_json(cls, data: Fields, source: str = "summary.json") -> Summary:
+    def from_json(cls, text: str | bytes, source: str = "summary.json") -> Summary:
+        """The header and verdict keys are typed; other numbers (or nulls) are metrics."""
+        header = parse(RunHeader, text, source)
+        data: JSONDict = json.loads(text)  # an object: RunHeader checked that
+        verdict = None
+        if "verdict" in data:
+            keys = parse(_VerdictKeys, text, source)
+            verdict = Verdict(keys.verdict, keys.advice, keys.checks)
         rest = {k: v for k, v in data.items() if k not in HEADER_KEYS + VERDICT_KEYS}
         return cls(
-            header=RunHeader.from_json(data, source),
-            metrics={k: _as_float(v) for k, v in rest.items() if v is None or _number(v)},
-            verdict=_verdict(data, source) if "verdict" in data else None,
-            extra={k: jsonable(v) for k, v in rest.items() if v is not None and not _number(v)},
+            header=header,
+            metrics={k: _as_float(v) for k, v in rest.items() if _is_metric(v)},
+            verdict=verdict,
+            extra={k: v for k, v in rest.items() if not _is_metric(v)},
         )
 
 
-def _verdict(data: Fields, source: str) -> Verdict:
-    checks = _object(data, "checks", source)
-    return Verdict(
-        label=_str(data, "verdict", source),
-        advice=str(data.get("advice", "")),
-        checks={name: bool(ok) for name, ok in checks.items()},
-    )
+def _is_metric(value: object) -> bool:
+    """A number or null (a metric not measured); a bool is no metric."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 # ---------------------------------------------------------------- files
@@ -296,12 +251,10 @@ def write_jsonl(path: Path, records: Iterable[JSONDict], mode: str = "x") -> Non
             handle.write(json.dumps(record) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict[str, object]]:
-    lines = path.read_text().splitlines()
-    try:
-        return [json.loads(line) for line in lines if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise EvalError(f"{path}: not JSON lines ({exc})") from exc
+def read_records(path: Path, cls: type[R]) -> list[R]:
+    """Every line of a JSON-lines file as a ``cls`` record; an error names the line."""
+    lines = enumerate(path.read_text().splitlines(), 1)
+    return [parse(cls, line, f"{path} line {i}") for i, line in lines if line.strip()]
 
 
 def load_summary(path: str | Path) -> Summary:
@@ -310,10 +263,4 @@ def load_summary(path: str | Path) -> Summary:
     file = path / "summary.json" if path.is_dir() else path
     if not file.is_file():
         raise EvalError(f"{path}: no summary.json (is it an eval run folder?)")
-    try:
-        data = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise EvalError(f"{file}: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise EvalError(f"{file}: not a JSON object")
-    return Summary.from_json(data, str(file))
+    return Summary.from_json(file.read_text(), str(file))

@@ -8,7 +8,7 @@ from pathlib import Path
 from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.outputs import new_file, refuse_existing
-from rlvr.evaluation.records import AnalyseRecord, Summary, jsonable, load_summary, read_jsonl
+from rlvr.evaluation.records import AnalyseRecord, Summary, jsonable, load_summary, read_records
 
 
 def load_prompt_records(path: str | Path) -> tuple[list[AnalyseRecord], Summary]:
@@ -25,8 +25,7 @@ def load_prompt_records(path: str | Path) -> tuple[list[AnalyseRecord], Summary]
     records_file = run_dir / "prompts.jsonl"
     if not records_file.is_file():
         raise EvalError(f"{run_dir}: no prompts.jsonl")
-    source = str(records_file)
-    return [AnalyseRecord.from_json(r, source) for r in read_jsonl(records_file)], summary
+    return read_records(records_file, AnalyseRecord), summary
 
 
 def high_value_prompts(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from pathlib import Path
 
-from rlvr.evaluation.records import GradedSample, Summary
+from rlvr.evaluation.records import GradedSample, Summary, parse
 
 
 def wandb_mode() -> str:
@@ -38,7 +37,7 @@ def log_to_wandb(run_dir: Path, summary: Summary, project: str, max_rows: int = 
     table = wandb.Table(columns=["prompt_index", "sample", "response", "score", "finish_reason"])
     with open(run_dir / "samples.jsonl") as handle:
         for line in itertools.islice(handle, max_rows):
-            s = GradedSample.from_json(json.loads(line))
+            s = parse(GradedSample, line, "samples.jsonl")
             table.add_data(s.prompt_index, s.sample, s.response, s.score, s.finish_reason)
     wb.log({"generations": table})
     wb.finish()
