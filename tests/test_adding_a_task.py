@@ -136,3 +136,28 @@ def test_preflight_refuses_another_tasks_data(
 def test_unknown_task_lists_the_registered_ones() -> None:
     with pytest.raises(tasks.TaskError, match=r"unknown task 'math'; the tasks are \['countdown'"):
         tasks.get("math")
+
+
+def test_compose_sees_an_edited_overlay_and_hands_out_copies(
+    echo_task: TaskSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compose() caches by the config files' stamps: an edited overlay composes anew, and each
+    caller gets its own copy. Negative control: with the stamp frozen, the edit goes unseen."""
+    from rlvr.train import config as config_module
+
+    overlay = echo_task.config_dir / "task" / "echo.yaml"
+    first = config_module.compose("countdown_cpu", ["task=echo"])
+    assert first.data.max_prompt_length == 64
+    first.data.max_prompt_length = 99  # the caller's copy only
+    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 64
+    overlay.write_text(
+        overlay.read_text().replace("max_prompt_length: 64", "max_prompt_length: 128")
+    )
+    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 128
+    monkeypatch.setattr(config_module, "_config_files_stamp", lambda task_dirs: ())
+    config_module.compose("countdown_cpu", ["task=echo"])
+    overlay.write_text(
+        overlay.read_text().replace("max_prompt_length: 128", "max_prompt_length: 256")
+    )
+    stale = config_module.compose("countdown_cpu", ["task=echo"])
+    assert stale.data.max_prompt_length == 128

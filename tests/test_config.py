@@ -93,6 +93,8 @@ OWNERS = {
         "ray_kwargs.ray_init.include_dashboard",
         "ray_kwargs.ray_init.runtime_env.env_vars.RLVR_CPU_COMPAT",
         "ray_kwargs.ray_init.runtime_env.env_vars.GLIBC_TUNABLES",
+        # the CPU path's fixes reach verl's ranks through Ray's setup hook (rlvr/cpu/hook.py)
+        "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
     ),
 }
 
