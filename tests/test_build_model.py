@@ -119,9 +119,13 @@ def test_a_signal_mid_build_leaves_old_or_new_never_partial(
     if proc.poll() is None:
         os.kill(proc.pid, signum)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode in (0, 130), err
+    # -signum: the signal came after the build returned, once Python's default handlers were
+    # back; the build was then complete (checked below).
+    assert proc.returncode in (0, 130, -signum), err
     if proc.returncode == 130:
         assert err.strip().endswith("is as it was before this build")
+    if proc.returncode == -signum:
+        assert (target / "config.json").read_text() != "old"
     names = sorted(p.name for p in target.iterdir())
     if (target / "config.json").read_text() == "old":
         assert names == ["config.json", "model.safetensors"]

@@ -162,16 +162,18 @@ CASES = [
     C("merge_lora", "{ws}/missing_ckpt", "{ws}/missing_ckpt"),
     C("merge_lora", "--experiment", "--experiment", "nosuch_experiment"),
     C("merge_lora", "checkpoint"),  # no target
-    # ---- launch_grpo.sh, up to pre-flight
-    C("launch", "nosuch_experiment", "nosuch_experiment"),
-    C("launch", "total_trainin_steps", *LAUNCH, "trainer.total_trainin_steps=3"),
-    C("launch", "{ws}/nowhere.parquet", *LAUNCH, "data.train_files={ws}/nowhere.parquet"),
-    C("launch", "{ws}/bad.parquet", *LAUNCH, "data.train_files={ws}/bad.parquet"),
-    C("launch", "{gsm_train}", *LAUNCH, "data.train_files={gsm_train}"),
-    C("launch", "rollout.n", *LAUNCH, "actor_rollout_ref.rollout.n=0"),
-    C("launch", "model.path", *LAUNCH, "actor_rollout_ref.model.path=tests/no_model"),
-    C("launch", "formt_score", *LAUNCH, "+custom_reward_function.reward_kwargs.formt_score=0.1"),
+    # ---- launch_grpo.sh: its own argument check; what it passes on is pre-flight's
     C("launch", "EXPERIMENT"),  # no experiment at all
+    # ---- pre-flight (python -m rlvr.train.preflight, the launcher's first step), in-process:
+    # the launcher runs it on the same argv (tests/test_preflight.py runs it through the launcher)
+    C("preflight", "nosuch_experiment", "nosuch_experiment"),
+    C("preflight", "total_trainin_steps", *LAUNCH, "trainer.total_trainin_steps=3"),
+    C("preflight", "{ws}/nowhere.parquet", *LAUNCH, "data.train_files={ws}/nowhere.parquet"),
+    C("preflight", "{ws}/bad.parquet", *LAUNCH, "data.train_files={ws}/bad.parquet"),
+    C("preflight", "{gsm_train}", *LAUNCH, "data.train_files={gsm_train}"),
+    C("preflight", "rollout.n", *LAUNCH, "actor_rollout_ref.rollout.n=0"),
+    C("preflight", "model.path", *LAUNCH, "actor_rollout_ref.model.path=tests/no_model"),
+    C("preflight", "formt_score", *LAUNCH, "+custom_reward_function.reward_kwargs.formt_score=0.1"),
     # ---- ray_cluster.sh and quickstart.sh: argument parsing only
     C("ray_cluster", "--port", "head", "--port", "abc"),
     C("ray_cluster", "bogus", "bogus"),
@@ -296,6 +298,12 @@ def _prep(task: str) -> Callable[[list[str]], int]:
     return lambda argv: main(task, argv)
 
 
+def _preflight(argv: list[str]) -> int:
+    from rlvr.train.preflight import main
+
+    return main(argv)
+
+
 def _merge(argv: list[str]) -> int:
     from rlvr.train.lora_merge import main
 
@@ -330,6 +338,7 @@ RUNNERS: dict[str, Callable[..., Result]] = {
     "sweep": _in_process(_script_main("sweep.py")),
     "plot_sweep": _in_process(_script_main("plot_sweep.py")),
     "merge_lora": _in_process(_merge),
+    "preflight": _in_process(_preflight),
     "launch": _subprocess("bash", "scripts/launch_grpo.sh"),
     "ray_cluster": _subprocess("bash", "scripts/ray_cluster.sh"),
     "quickstart": _subprocess("bash", "scripts/quickstart.sh"),

@@ -203,7 +203,13 @@ def test_lora_adapter_is_loaded_onto_its_base(tmp_path: Path, tiny_model_dir: Pa
 
 
 def test_missing_hub_model_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+    import transformers.utils.hub
+
+    # Both libraries read HF_HUB_OFFLINE once, at import: setting the variable now would leave
+    # them trying the network (46 s of retries on a machine without it).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", True)
     with pytest.raises(EvalError, match="hub ids need network access"):
         HFBackend(resolve_model("rlvr-test-org/not-a-model"))
 
