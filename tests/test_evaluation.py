@@ -458,6 +458,7 @@ def test_cli_refuses_an_existing_output_unless_forced(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+@pytest.mark.slow  # starts wandb's service process (~6 s)
 def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir: Path) -> None:
     """The one run of the script itself, in a bare environment, as a user starts it."""
     args = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
