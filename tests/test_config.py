@@ -408,3 +408,15 @@ def test_two_nodes_wait_out_rank_zeros_hf_model_save() -> None:
     """Rank 0 writes the fp32 hf_model alone while 15 ranks wait: verl's 600 s is tripled."""
     assert compose("countdown_qwen3_4b_2nodes").actor_rollout_ref.nccl_timeout == 1800
     assert compose("countdown_qwen3_4b").actor_rollout_ref.nccl_timeout == 600
+
+
+def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
+    """compose() caches configs without their root and sets paths.root on the copy: the result,
+    resolved, is what Hydra composes with that root itself, for every experiment."""
+    from rlvr.train.config import _compose
+
+    for experiment in experiments():
+        ours = OmegaConf.to_container(compose(experiment, root=tmp_path), resolve=True)
+        hydra = _compose(experiment, [f"paths.root={tmp_path}"])
+        assert ours == OmegaConf.to_container(hydra, resolve=True), experiment
+        assert str(tmp_path) in ours["trainer"]["default_local_dir"]  # type: ignore[index]

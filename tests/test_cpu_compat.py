@@ -6,6 +6,7 @@ a fresh interpreter; the others run here and patch only what pytest's ``monkeypa
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,8 +16,13 @@ import pytest
 
 
 def _run(code: str) -> str:
+    env = {**os.environ, "RLVR_CPU_COMPAT": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -82,17 +88,23 @@ def test_noop_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.no_cuda
 def test_fixes_apply_and_work_without_cuda() -> None:
+    """In a fresh process, as a Ray worker of the CPU path: the setup hook (rlvr/cpu/hook.py)
+    installs every fix when verl is first imported, and each works."""
     out = _run(
         """
+        from rlvr.cpu import hook, compat as cpu_compat
+        hook.install()  # RLVR_CPU_COMPAT=1: the CPU overlays' setting
+        import verl  # the hook's callback installs the fixes now
         import os, torch, torch.distributed as dist
-        from rlvr.cpu import compat as cpu_compat
-        applied = cpu_compat.install()
+        applied = cpu_compat.applied_fixes
         assert applied == ["gloo_process_groups", "cpu_device_functions", "no_cpu_autocast",
                            "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout",
                            "bypass_mode_config", "cpu_threads", "no_gc_per_rollout",
                            "reduce_scatter_on_gloo", "single_rank_full_tensor",
                            "packed_actor_forward", "rollout_entropy_metric"], applied
         assert cpu_compat.install() == []  # once per process
+        from verl.workers.rollout import base
+        assert ("hf", "sync") in base._ROLLOUT_REGISTRY
 
         # 1. verl's backend string initialises a gloo group
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")

@@ -48,30 +48,10 @@ def test_hook_leaves_torch_and_verl_unimported(cpu_compat: str) -> None:
     assert result == {"torch": False, "verl": False}
 
 
-@pytest.mark.no_cuda
-def test_cpu_fixes_land_when_verl_is_imported() -> None:
-    result = _run(
-        """
-        import json
-        from rlvr.cpu import hook
-        hook.install()
-        import verl
-        import torch.distributed as dist
-        from verl.workers.rollout import base
-        print(json.dumps({
-            "gloo": getattr(dist.init_process_group, "_rlvr_cpu", False),
-            "hf_rollout": ("hf", "sync") in base._ROLLOUT_REGISTRY,
-        }))
-        """,
-        {"RLVR_CPU_COMPAT": "1"},
-    )
-    assert result == {"gloo": True, "hf_rollout": True}
-
-
 def test_only_the_cpu_overlay_makes_the_hook_patch_verl(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without RLVR_CPU_COMPAT (a GPU run, or a CPU run outside the overlays) the hook registers
-    nothing for verl; with it, the CPU fixes once verl is imported (the subprocess test above
-    shows them landing)."""
+    nothing for verl; with it, the CPU fixes once verl is imported (tests/test_cpu_compat.py's
+    test_fixes_apply_and_work_without_cuda shows them landing through the hook)."""
     from rlvr.cpu import hook
 
     registered: list[str] = []

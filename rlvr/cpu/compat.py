@@ -60,6 +60,7 @@ from rlvr.common.verl_guards import require_parameters as _require_parameters
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 THREADS_ENV = "RLVR_CPU_THREADS"
 _installed = False
+applied_fixes: list[str] = []  # what install() applied in this process, in order
 
 
 def cuda_available() -> bool:
@@ -94,6 +95,7 @@ def install() -> list[str]:
         fix()
         applied.append(fix.__name__.lstrip("_"))
     _installed = True
+    applied_fixes.extend(applied)
     return applied
 
 

@@ -49,19 +49,23 @@ def compose(
     """The experiment's full config as the launcher would build it (``paths.root`` set): a copy
     of its own, composed once per set of config files (Hydra re-reads and merges every file,
     about 0.25 s, and pre-flight, eval, the sweep and the tests compose the same experiments
-    again and again)."""
+    again and again). ``paths.root`` is a plain value every path interpolates from, so it is
+    set on the copy rather than being part of what is cached."""
+    overrides = list(overrides or [])
     task_dirs = _task_config_dirs()
-    root_override = f"paths.root={Path(root or CONFIG_DIR.parent).resolve()}"
-    hydra_overrides = [root_override]
+    hydra_overrides = [f"paths.root={CONFIG_DIR.parent}"]
     if task_dirs:
         search_path = ",".join([VERL_CONFIGS, *(f"file://{d}" for d in task_dirs)])
         hydra_overrides.append(f"hydra.searchpath=[{search_path}]")
-    key = (experiment, tuple(overrides or ()), root_override, _config_files_stamp(task_dirs))
+    key = (experiment, tuple(overrides), _config_files_stamp(task_dirs))
     if key not in _composed:
         if len(_composed) >= MAX_CACHED_CONFIGS:
             _composed.clear()
-        _composed[key] = _compose(experiment, [*hydra_overrides, *(overrides or [])])
-    return copy.deepcopy(_composed[key])
+        _composed[key] = _compose(experiment, [*hydra_overrides, *overrides])
+    config = copy.deepcopy(_composed[key])
+    if not any(o.lstrip("+~").split("=", 1)[0] == "paths.root" for o in overrides):
+        config.paths.root = str(Path(root or CONFIG_DIR.parent).resolve())
+    return config
 
 
 MAX_CACHED_CONFIGS = 256
