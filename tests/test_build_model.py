@@ -94,7 +94,13 @@ def _old_model(folder: Path) -> None:
 
 @pytest.mark.parametrize(
     "signum, delay_s",
-    [(signal.SIGINT, 0.0), (signal.SIGTERM, 0.0), (signal.SIGTERM, 0.5), (signal.SIGINT, 1.5)],
+    [
+        (signal.SIGINT, 0.0),
+        (signal.SIGTERM, 0.5),
+        # the other signal at each moment, in the full suite (each a fresh interpreter)
+        pytest.param(signal.SIGTERM, 0.0, marks=pytest.mark.slow),
+        pytest.param(signal.SIGINT, 1.5, marks=pytest.mark.slow),
+    ],
 )
 def test_a_signal_mid_build_leaves_old_or_new_never_partial(
     tmp_path: Path, signum: int, delay_s: float

@@ -76,6 +76,8 @@ def test_broken_reward_is_reported(ready_root: Path, tmp_path: Path) -> None:
     assert any("format_score must be in [0, 1]" in p for p in check(bad_kwargs))
 
 
+@pytest.mark.slow  # a fresh interpreter with verl; the fast tier's launcher smoke test is
+# tests/test_cli_adversarial.py's negative control
 def test_launcher_stops_before_ray_on_problems(tmp_path: Path) -> None:
     done = subprocess.run(
         [

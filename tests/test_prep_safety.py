@@ -330,8 +330,9 @@ def complete_runs(
         ("startup", signal.SIGTERM),
         ("work", signal.SIGINT),
         ("staged+0", signal.SIGTERM),
-        ("staged+40", signal.SIGINT),
-        ("staged+250", signal.SIGTERM),
+        # more moments of the same window, in the full suite (each a fresh interpreter)
+        pytest.param("staged+40", signal.SIGINT, marks=pytest.mark.slow),
+        pytest.param("staged+250", signal.SIGTERM, marks=pytest.mark.slow),
     ],
 )
 def test_sigint_and_sigterm_leave_old_or_new_files_whole(
