@@ -22,61 +22,24 @@ the module they need is first imported, by which time Ray has assigned the devic
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType
+
+import wrapt
 
 CPU_COMPAT_ENV = "RLVR_CPU_COMPAT"
 TRACE_DIR_ENV = "RLVR_TRACE_DIR"
 HIDE_GPUS_ENV = "RLVR_HIDE_GPUS"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs callbacks right after a named module's code has executed, on its first import."""
-
-    def __init__(self) -> None:
-        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.callbacks:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        loader = spec.loader
-        callbacks = self.callbacks.pop(fullname)
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: ModuleType) -> None:
-                loader.exec_module(module)
-                for callback in callbacks:
-                    callback(module)
-
-        spec.loader = _Loader()
-        return spec
-
-
-_finder = _AfterImport()
-
-
 def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
-    """Call ``callback(module)`` once ``name`` is imported (now, if it already is)."""
-    if name in sys.modules:
-        callback(sys.modules[name])
-        return
-    _finder.callbacks.setdefault(name, []).append(callback)
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    """Call ``callback(module)`` right after ``name``'s code has run on its first import (now, if
+    it already has): wrapt's post-import hooks, which import nothing else."""
+    wrapt.register_post_import_hook(callback, name)
 
 
 def install() -> None:
