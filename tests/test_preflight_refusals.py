@@ -327,7 +327,7 @@ BAD = [
     ("actor_rollout_ref.model.path={root}/model_notype", "config.json: no model_type"),
     ("actor_rollout_ref.model.path={root}/model_peft", "model_peft holds PEFT-keyed LoRA"),
     # objective/dapo.yaml's 204-token buffer is for 1024 tokens; countdown_cpu answers in 48
-    ("objective=dapo", "overlong_buffer_cfg.len=204 must be above 0 and below"),
+    ("objective=dapo", "overlong_buffer_cfg.len=204 must be below"),
 ]
 
 
@@ -394,3 +394,29 @@ def _raises(kind: type[Exception], function: Callable[..., object], *args: objec
     except kind:
         return True
     return False
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.max_response_length=abc"], "data.max_response_length=abc: must be a whole number"),
+        (["reward_model.reward_kwargs.overlong_buffer_cfg.len=abc"], "len=abc: must be a whole"),
+        (["reward_model.reward_kwargs.overlong_buffer_cfg.len=48"], "len=48 must be below"),
+    ],
+)
+def test_dapo_buffer_refusals_are_one_line(
+    inputs: dict[str, Path], overrides: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = inputs["root"]
+    assert preflight.main(["countdown_cpu", *_good(root), "objective=dapo", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_dapo_buffer_that_fits_but_is_not_a_fifth_is_pointed_out(
+    inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = inputs["root"]
+    buffer = "reward_model.reward_kwargs.overlong_buffer_cfg.len=5"
+    assert preflight.main(["countdown_cpu", *_good(root), "objective=dapo", buffer]) == 0
+    assert "len=5, not the last fifth of data.max_response_length=48 (9)" in capsys.readouterr().out

@@ -158,16 +158,26 @@ OVERLONG_BUFFER_KEY = "reward_model.reward_kwargs.overlong_buffer_cfg.len"
 
 def _overlong_buffer_problems(config: Any) -> list[str]:
     """verl's DAPO manager penalises the last ``len`` tokens of the response budget; a buffer as
-    long as the budget penalises every response (objective/dapo.yaml's 204 is for 1024 tokens)."""
-    buffer = OmegaConf.select(config, OVERLONG_BUFFER_KEY, default=None)
-    budget = int(config.data.max_response_length)
-    if buffer is None or not config.reward_model.reward_kwargs.overlong_buffer_cfg.get("enable"):
+    long as the budget penalises every response (objective/dapo.yaml's 204 is for 1024 tokens).
+    One that fits but is not the paper's last fifth is only pointed out."""
+    settings = OmegaConf.select(config, "reward_model.reward_kwargs.overlong_buffer_cfg")
+    if settings is None or not settings.get("enable"):
         return []
-    if not 0 < int(buffer) < budget:
+    if _count(config, "data.max_response_length") is not None:
+        return []  # numeric_problems reports it
+    if (problem := _count(config, OVERLONG_BUFFER_KEY)) is not None:
+        return [problem]
+    buffer, budget = int(settings.len), int(config.data.max_response_length)
+    if buffer >= budget:
         return [
-            f"{OVERLONG_BUFFER_KEY}={buffer} must be above 0 and below data.max_response_length="
-            f"{budget} (DAPO's last fifth: set {OVERLONG_BUFFER_KEY}={budget // 5})"
+            f"{OVERLONG_BUFFER_KEY}={buffer} must be below data.max_response_length={budget} "
+            f"(DAPO's last fifth: set {OVERLONG_BUFFER_KEY}={budget // 5})"
         ]
+    if buffer != budget // 5:
+        print(
+            f"pre-flight: note: {OVERLONG_BUFFER_KEY}={buffer}, not the last fifth of "
+            f"data.max_response_length={budget} ({budget // 5}) that DAPO uses"
+        )
     return []
 
 
