@@ -107,6 +107,25 @@ def test_trainer_rebinding_refuses_a_taskrunner_that_no_longer_names_it(
         pass
 
 
+def test_trainer_rebinding_refuses_a_run_that_imports_the_trainer_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The line alone is not enough: a run that imports RayPPOTrainer itself would build verl's
+    own whatever main_ppo's name says."""
+
+    class TaskRunner:
+        def run(self, config: Any) -> None:
+            from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+            trainer = RayPPOTrainer(config=config)
+            trainer.fit()
+
+    monkeypatch.setattr(main_ppo, "TaskRunner", TaskRunner)
+    refused = pytest.raises(RuntimeError, match="does not take RayPPOTrainer from main_ppo")
+    with refused, verl_as_the_recipes_run_it(object):
+        pass
+
+
 def test_plain_json_refuses_what_it_cannot_turn_into_numbers() -> None:
     assert json.dumps(np.arange(3), default=verl_patches.plain_json) == "[0, 1, 2]"
     with pytest.raises(TypeError, match="SimpleNamespace is not JSON serializable"):

@@ -26,7 +26,7 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from rlvr.common.verl_guards import require_parameters
-from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, verl_as_the_recipes_run_it
+from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, plain, verl_as_the_recipes_run_it
 
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets VERL_FILE_LOGGER_PATH
 DUMP_GENERATIONS_PARAMS = (
@@ -55,7 +55,7 @@ class RecipeTrainer(RayPPOTrainer):
         # verl's dapo reward manager records 0-d tensors (overlong_reward), which json.dumps in
         # verl's dump refuses: plain numbers.
         extras = {
-            key: [_plain(item) for item in values] if isinstance(values, list) else values
+            key: [plain(item) for item in values] if isinstance(values, list) else values
             for key, values in reward_extra_infos_dict.items()
         }
         super()._dump_generations(inputs, outputs, gts, scores, extras, dump_path)
@@ -64,9 +64,14 @@ class RecipeTrainer(RayPPOTrainer):
             prune_step_files(dump_path, int(bounds["keep_last"]), int(bounds["keep_every"]))
 
 
-require_parameters(
-    RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
-)
+def check_verl() -> None:
+    """Refuse a verl whose ``_dump_generations`` is not the one ``RecipeTrainer`` overrides."""
+    require_parameters(
+        RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
+    )
+
+
+check_verl()
 
 
 class RecipeTaskRunner(TaskRunner):
@@ -94,12 +99,6 @@ def finish_wandb() -> None:
     if wandb.run is not None:
         wandb.finish()
     wandb.teardown()
-
-
-def _plain(value: Any) -> Any:
-    """A torch or numpy scalar as a Python number; anything else unchanged."""
-    tolist = getattr(value, "tolist", None)
-    return tolist() if callable(tolist) else value
 
 
 def prune_step_files(folder: str, keep_last: int, keep_every: int) -> list[str]:

@@ -35,13 +35,19 @@ OWNER = "rlvr/train/verl_patches.py"
 TRAINER_CONSTRUCTION = "trainer = RayPPOTrainer("
 
 
-def plain_json(value: Any) -> Any:
-    """For ``json.dumps(default=...)``: numpy and torch values (scalars, arrays) as Python ones
-    (``tolist`` is ``item`` for a scalar)."""
+def plain(value: Any) -> Any:
+    """A numpy or torch value (scalar or array) as Python numbers (``tolist`` is ``item`` for a
+    scalar); anything else unchanged."""
     tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return tolist()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return tolist() if callable(tolist) else value
+
+
+def plain_json(value: Any) -> Any:
+    """For ``json.dumps(default=...)``: ``plain``, or the TypeError json.dumps expects."""
+    converted = plain(value)
+    if converted is value:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return converted
 
 
 def fixed_file_logger(verl_file_logger: type) -> type:
@@ -79,11 +85,14 @@ def verl_as_the_recipes_run_it(trainer_class: type) -> Iterator[None]:
     from verl.trainer import main_ppo
     from verl.utils import tracking
 
-    require_source(
-        main_ppo.TaskRunner.run,
-        TRAINER_CONSTRUCTION,
-        f"the recipes' trainer would not be used; update {OWNER}",
-    )
+    run = main_ppo.TaskRunner.run
+    consequence = f"the recipes' trainer would not be used; update {OWNER}"
+    require_source(run, TRAINER_CONSTRUCTION, consequence)
+    # ... and the name is the module's, looked up when run runs, not a local or an import in run
+    if "RayPPOTrainer" not in run.__code__.co_names or "RayPPOTrainer" in run.__code__.co_varnames:
+        raise RuntimeError(
+            f"verl's TaskRunner.run does not take RayPPOTrainer from main_ppo; {consequence}"
+        )
     saved = main_ppo.RayPPOTrainer, tracking.FileLogger
     main_ppo.RayPPOTrainer = trainer_class  # type: ignore[misc,assignment]
     tracking.FileLogger = fixed_file_logger(tracking.FileLogger)  # type: ignore[misc,assignment]
