@@ -724,6 +724,16 @@ def test_experiment_settings_match_training_config() -> None:
     assert found.template_kwargs == {"enable_thinking": False}
 
 
+def test_settings_cli_refuses_a_bad_override_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert settings.main(["countdown_cpu", "data.max_respons_length=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max_respons_length" in err and "Traceback" not in err
+    assert settings.main(["countdown_cpu", "--print", "max_response_length"]) == 0
+    assert capsys.readouterr().out.strip() == "48"
+
+
 def test_eval_samples_as_the_experiment_trains(monkeypatch: pytest.MonkeyPatch) -> None:
     """countdown_smollm2_cpu trains on short responses: eval's default max_tokens is that
     experiment's, not the overlay's 1024; an explicit flag still wins."""

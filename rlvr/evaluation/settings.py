@@ -85,13 +85,16 @@ def experiment_settings(
     """The settings of a composed training experiment (of ``task``, when given: another task's
     kwargs would grade with the wrong settings)."""
     from rlvr import tasks
-    from rlvr.train.config import compose, experiments
+    from rlvr.train.config import ConfigError, compose_checked, experiments
 
     if experiment not in experiments():
         raise EvalError(
             f"--experiment {experiment!r}: no such experiment; choose one of {experiments()}"
         )
-    config = compose(experiment, list(overrides))
+    try:
+        config = compose_checked(experiment, list(overrides))
+    except ConfigError as exc:
+        raise EvalError(f"--experiment {exc}") from None
     trained = tasks.for_config(config)
     if task is not None and trained is not None and trained.name != task.name:
         raise EvalError(
