@@ -12,7 +12,8 @@ def require_parameters(
     function: Callable[..., Any],
     expected: tuple[str, ...],
     decorated: str | None = None,
-    owner: str = "rlvr/cpu/compat.py",
+    *,
+    owner: str,
 ) -> None:
     """Refuse to wrap a verl function whose parameters are not the ones ``owner`` (the module
     that changes it) was written against (verl 0.6.1). ``decorated``: the name of the function a

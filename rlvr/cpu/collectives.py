@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rlvr.common.verl_guards import require_parameters as _require_parameters
+from rlvr.common.verl_guards import require_parameters
+
+_require_parameters = functools.partial(require_parameters, owner="rlvr/cpu/collectives.py")
 
 
 def reduce_scatter_on_gloo() -> None:

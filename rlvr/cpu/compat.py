@@ -3,8 +3,8 @@
 ``configs/rehearsal/cpu.yaml`` (used by ``hardware/cpu.yaml`` and by ``scripts/rehearse.sh``)
 sets ``RLVR_CPU_COMPAT=1`` for the Ray workers and Ray's ``worker_process_setup_hook`` to
 ``rlvr.cpu.hook.install``, which calls ``install()`` here in every worker right after verl is
-first imported there. Each fix is skipped when CUDA is
-available, so the same environment trains on GPUs unchanged.
+first imported there. Each fix is skipped when CUDA is available, so the same environment
+trains on GPUs unchanged.
 The configuration half of the CPU path lives in those overlays: advertised Ray GPUs (verl's
 resource pool counts GPUs), SDPA attention, no remove-padding (flash-attn only), FSDP2, fp32.
 
@@ -55,7 +55,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rlvr.common.verl_guards import require_parameters as _require_parameters
+from rlvr.common.verl_guards import require_parameters
+
+_require_parameters = functools.partial(require_parameters, owner="rlvr/cpu/compat.py")
 
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 THREADS_ENV = "RLVR_CPU_THREADS"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.files import new_mode, output_folder_problem, remove_stale_asides, replace_folder
+from rlvr.common.messages import first_line
 from rlvr.common.signals import signals_deferred, sigterm_as_interrupt
 
 # The columns verl's RLHFDataset and reward manager read from every row.
@@ -43,7 +44,7 @@ def load_source(source: str, hub_name: str, hub_config: str | None = None) -> di
         except Exception as exc:  # network, auth, offline mode, missing dataset
             raise DataPrepError(
                 f"could not load {hub_name!r} from the Hugging Face hub ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}). Without hub access, download it "
+                f"{first_line(exc)}). Without hub access, download it "
                 "elsewhere and pass a local file or folder with --source PATH."
             ) from exc
         return dict(loaded)
@@ -89,8 +90,9 @@ def _load_local(path: Path) -> dict[str, Any]:
     except Exception as exc:
         # datasets wraps the useful cause ("changed from string to number in row 1")
         root = exc.__cause__ or exc
-        first = (str(root).strip().splitlines() or [""])[0]
-        raise DataPrepError(f"{path}: could not be read ({type(root).__name__}: {first})") from exc
+        raise DataPrepError(
+            f"{path}: could not be read ({type(root).__name__}: {first_line(root)})"
+        ) from exc
 
 
 def require_columns(dataset: Any, columns: Sequence[str], where: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.messages import first_line
 from rlvr.common.paths import CONFIG_DIR
 
 VERL_CONFIGS = "pkg://verl.trainer.config"
@@ -195,7 +196,7 @@ def _translate(exc: Exception, experiment: str, root: str | Path | None) -> Conf
     if appended:
         key = appended.group(1)
         return ConfigError(f"override +{key}: {key} already exists; write {key}=VALUE without +")
-    return ConfigError(f"{experiment}: {message.splitlines()[0] if message else type(exc)}")
+    return ConfigError(f"{experiment}: {first_line(exc)}")
 
 
 def compose_checked(
