@@ -1,12 +1,13 @@
 """The recipes' GRPO entry point: verl 0.6.1's ``main_ppo`` with the recipes' TaskRunner, then
 the run report.
 
-``scripts/launch_grpo.sh`` runs ``python -m rlvr.train.main --config-path configs
---config-name EXPERIMENT [overrides]``, as verl's recipes run their own ``main_*.py``. It calls
-verl's ``run_ppo`` (Ray start, the TaskRunner actor) with ``RecipeTaskRunner``
-(``rlvr.train.trainer``; every change to verl is listed in docs/TRAINING.md, "What runs"), and
-once training returns writes the run report (``rlvr.report``: report.md, curves, alarms) beside
-the checkpoints, here in the driver rather than in the Ray actor.
+``scripts/launch_grpo.sh`` runs ``python -m rlvr.train.main --config-path <repo>/configs
+--config-name EXPERIMENT [overrides]`` (an absolute path: Hydra would read a relative one from
+this folder), as verl's recipes run their own ``main_*.py``. It calls verl's ``run_ppo`` (Ray
+start, the TaskRunner actor) with ``RecipeTaskRunner`` (``rlvr.train.trainer``; every change to
+verl is listed in docs/TRAINING.md, "What runs"), and once training returns writes the run
+report (``rlvr.report``: report.md, curves, alarms) beside the checkpoints, here in the driver
+rather than in the Ray actor.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rlvr.train.trainer import METRICS_PATH_KEY, RecipeTaskRunner
 
 @hydra.main(config_path=None, config_name=None, version_base=None)
 def main(config: Any) -> None:
-    # num_cpus=1, as verl's own TaskRunner: it must not be scheduled on the head alone.
+    # As verl's main_ppo: the TaskRunner asks for one CPU ("make sure main_task is not scheduled
+    # on head", its comment says).
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(RecipeTaskRunner))
     write_run_report(run_dir(config))
 
