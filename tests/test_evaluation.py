@@ -376,8 +376,11 @@ def test_options_before_or_after_the_command() -> None:
     assert _parse(["--limit", "3", "reward", "--limit", "4"])["limit"] == 4
     assert _parse(["--output", "t.md", "compare", "a", "b"])["output"] == "t.md"
     assert _parse(["compare", "a", "b"])["output"] is None
+    assert _parse(["--output", "f.parquet", "filter", "--input", "r"])["output"] == "f.parquet"
+    # a command's own options (sampling: --n, --temperature, --k) come after it
     bad_lines = (["reward", "--n", "3"], ["passk", "--rollout_n", "3"], ["nonsense"])
-    for bad in (*bad_lines, ["--limit", "3", "stats", "--input", "r"], ["--n", "3", "passk"]):
+    refused = (["--limit", "3", "stats", "--input", "r"], ["--n", "3", "passk"])
+    for bad in (*bad_lines, *refused, ["filter", "--input", "r"]):
         with pytest.raises(SystemExit):
             _parse(bad)
 

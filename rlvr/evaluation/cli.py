@@ -3,7 +3,8 @@
 The model commands (``reward``, ``passk``, ``analyse``) share the common options, each stated
 once in ``COMMON_OPTIONS``. argparse reads them before the command (on the main parser) and after
 it (a parent parser of each model command), so ``--model_path X analyse`` and
-``analyse --model_path X`` both work. Neither copy has a default (``argparse.SUPPRESS``): a
+``analyse --model_path X`` both work; a command's own options (sampling: ``--n``,
+``--temperature``, ``--k``) come after it. Neither copy has a default (``argparse.SUPPRESS``): a
 subcommand's defaults would overwrite what the main parser read, so ``parse`` fills them in
 afterwards. With no command, ``reward`` runs.
 """
@@ -271,9 +272,9 @@ def _add_run_commands(commands: Subcommands) -> None:
                 "--top", type=_positive_int, default=20, help="rows to list (%(default)s)"
             )
         else:
-            sub.add_argument(
+            sub.add_argument(  # required, checked in parse: it may also come before filter
                 "--output",
-                required=True,
+                default=argparse.SUPPRESS,
                 help="Parquet to write, e.g. artifacts/data/countdown/train_learnable.parquet",
             )
             _add_force(sub)
@@ -317,6 +318,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
         parser.error(f"unrecognized arguments: {unknown}")
     args = parser.parse_args(argv)
     args.command = args.command or DEFAULT_COMMAND
+    if args.command == "filter" and "output" not in vars(args):
+        parser.error("filter: the following arguments are required: --output")
     if args.command not in MODEL_COMMANDS:
         own = {"output", "force"} if args.command != "stats" else set()
         stray = [o.name for o in COMMON_OPTIONS if o.dest in vars(args) and o.dest not in own]
