@@ -72,6 +72,8 @@ STEPS="${STEPS:-$CONFIG_STEPS}"
 SFT_DIR="$OUT/checkpoints/sft/$RUN"
 CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
 METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
+# (--experiment names the experiment alone: OVERRIDES only pick the base model, which sets none
+# of the settings eval reads.)
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
     --batch_size 64 --experiment "$CONFIG" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --seed 0)

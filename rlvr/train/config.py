@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,16 +74,15 @@ MAX_CACHED_CONFIGS = 256
 _composed: dict[tuple[Any, ...], Any] = {}
 
 
-def _config_files_stamp(task_dirs: list[str]) -> tuple[tuple[str, int, int], ...]:
-    """Every YAML file Hydra may read here, with its mtime and size: an edited file is a new
-    key, so the cache never hands back a config composed from an older file."""
-    folders = [CONFIG_DIR, *map(Path, task_dirs)]
-    return tuple(
-        (str(path), stat.st_mtime_ns, stat.st_size)
-        for folder in folders
-        for path in sorted(folder.rglob("*.yaml"))
-        if (stat := path.stat())
-    )
+def _config_files_stamp(task_dirs: list[str]) -> tuple[tuple[str, str], ...]:
+    """Every YAML file Hydra may read here, with a hash of its bytes: an edited file is a new
+    key, so the cache never hands back a config composed from an older file (about 40 small
+    files: a millisecond)."""
+    stamps = []
+    for folder in [CONFIG_DIR, *map(Path, task_dirs)]:
+        for path in sorted(folder.rglob("*.yaml")):
+            stamps.append((str(path), hashlib.blake2b(path.read_bytes()).hexdigest()))
+    return tuple(stamps)
 
 
 def _compose(experiment: str, overrides: list[str]) -> Any:
