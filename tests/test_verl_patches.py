@@ -71,6 +71,31 @@ def test_fixed_file_logger_writes_plain_numbers_flushed_and_appended(
     assert math.isnan(one.metrics["actor/grad_norm"]) and two.metrics == {"critic/score/mean": 0.5}
 
 
+TORN = '{"step": 1, "data": {"a": 1.0}}\n{"step": 2, "data": {"a": 2.0}}\n{"step": 3, "da'
+
+
+def test_a_resumed_run_cuts_the_torn_line_a_killed_one_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed mid-write leaves a last line without its newline; appending the resumed
+    run's step 3 to it glued the two into a line no reader takes (negative control, below)."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(TORN)
+    with path.open("a") as handle:  # what an append-only logger does
+        handle.write('{"step": 3, "data": {"a": 3.0}}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:3: not a step record"):
+        read_steps(path)
+    path.write_text(TORN)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = fixed_file_logger(tracking.FileLogger)("p", "e")
+    logger.log(data={"a": 3.0}, step=3)
+    logger.finish()
+    assert [(r.step, r.metrics) for r in read_steps(path)] == [
+        (i, {"a": float(i)}) for i in (1, 2, 3)
+    ]
+    assert f"dropped a torn last line (15 bytes) of {path}" in capsys.readouterr().out
+
+
 def test_file_logger_fix_refuses_a_changed_verl() -> None:
     class FileLogger:  # a later verl's logger with another log signature
         def __init__(self, project_name: str, experiment_name: str) -> None: ...

@@ -58,6 +58,21 @@ def parse_steps(text: str, source: str = "metrics") -> list[StepRecord]:
     return [StepRecord(step, metrics) for step, metrics in sorted(steps.items())]
 
 
+def drop_torn_tail(path: Path) -> int:
+    """Cut a last line without its newline (a write a killed run left half done) off ``path``,
+    so that appending to the file continues it on a line of its own; returns the bytes cut."""
+    try:
+        with path.open("rb+") as handle:
+            data = handle.read()
+            if not data or data.endswith(b"\n"):
+                return 0
+            keep = data.rfind(b"\n") + 1  # 0 when the torn line is the only one
+            handle.truncate(keep)
+            return len(data) - keep
+    except FileNotFoundError:
+        return 0
+
+
 def _parse_record(record: Any) -> tuple[int, dict[str, float]]:
     if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
         raise ValueError('expected {"step": N, "data": {...}}')

@@ -13,6 +13,8 @@ each refuses, naming this file, a verl whose code is not the one read here.
    verl's own ``global_seqlen/*`` metrics are 0-d tensors (and validation can give np.float32,
    Agent-R1 issue 83); it opens its file with ``"w"``, so a resumed run erases the steps before
    it, never flushes, and cannot open ``VERL_FILE_LOGGER_PATH`` in a folder that does not exist.
+   The fixed one also cuts a torn last line (a run killed mid-write) before it appends, so a
+   resumed run's first record does not land glued to it.
    Upstream fix of the TypeError: verl PR 4811 ("fix: json encode error in filelogger").
 2. ``verl.trainer.main_ppo.RayPPOTrainer`` -> the recipes' subclass. ``TaskRunner.run`` builds
    its trainer by that module-level name (main_ppo.py: ``trainer = RayPPOTrainer(``) and takes
@@ -25,9 +27,11 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rlvr.common.verl_guards import require_parameters, require_source
+from rlvr.report.metrics_log import drop_torn_tail
 
 FILE_LOGGER_PATH_ENV = "VERL_FILE_LOGGER_PATH"  # read by verl's FileLogger
 OWNER = "rlvr/train/verl_patches.py"
@@ -69,6 +73,8 @@ def fixed_file_logger(verl_file_logger: type) -> type:
                 f"{experiment_name}.jsonl",
             )
             os.makedirs(os.path.dirname(os.path.abspath(self.filepath)), exist_ok=True)
+            if torn := drop_torn_tail(Path(self.filepath)):
+                print(f"file logger: dropped a torn last line ({torn} bytes) of {self.filepath}")
             print(f"file logger: appending to {self.filepath}")
             self.fp = open(self.filepath, "a", encoding="utf-8")  # noqa: SIM115 (finish closes)
 
