@@ -420,3 +420,36 @@ def test_a_dapo_buffer_that_fits_but_is_not_a_fifth_is_pointed_out(
     buffer = "reward_model.reward_kwargs.overlong_buffer_cfg.len=5"
     assert preflight.main(["countdown_cpu", *_good(root), "objective=dapo", buffer]) == 0
     assert "len=5, not the last fifth of data.max_response_length=48 (9)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "tracker, steps, message",
+    [
+        ("", [2, 4], "write 4 into it to resume from global_step_4, the newest checkpoint"),
+        ("4\x00", [2], "write 2 into it to resume from global_step_2"),
+        ("", [], "(a crash while verl wrote it); delete it to start fresh"),
+        ("4", [4], None),  # negative control: a tracker verl can read passes
+    ],
+)
+def test_an_unreadable_checkpoint_tracker_is_refused_with_the_fix(
+    inputs: dict[str, Path],
+    tmp_path: Path,
+    tracker: str,
+    steps: list[int],
+    message: str | None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """verl's resume runs int() on latest_checkpointed_iteration.txt inside Ray; a crash between
+    its open and write leaves it empty while complete checkpoints sit beside it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in steps:
+        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (run / "latest_checkpointed_iteration.txt").write_text(tracker)
+    argv = ["countdown_cpu", *_good(inputs["root"]), f"trainer.default_local_dir={run}"]
+    code = preflight.main(argv)
+    err = capsys.readouterr().err
+    if message is None:
+        assert code == 0, err
+    else:
+        assert code == 2 and err.count("\n") == 1 and message in err, err

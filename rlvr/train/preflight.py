@@ -19,6 +19,7 @@ import io
 import math
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -216,9 +217,42 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     print(f"pre-flight: ray: {plan}")
     if ray_problem is not None:
         problems.append(ray_problem)
+    problems += _resume_problems(config)
     if not problems:  # the budget reads the data and the model: only once they are sound
         problems.extend(_checkpoint_problems(config))
     return problems
+
+
+TRACKER = "latest_checkpointed_iteration.txt"  # verl's checkpoint tracker
+
+
+def _resume_problems(config: Any) -> list[str]:
+    """A tracker verl's resume cannot read (``int()`` on it fails inside Ray): one left empty by
+    a crash between verl's open and write, with the fix named."""
+    if config.trainer.get("resume_mode") != "auto":
+        return []
+    folder = Path(str(config.trainer.default_local_dir))
+    tracker = folder / TRACKER
+    try:
+        int(tracker.read_bytes().decode())
+        return []
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):  # empty, not a number, not UTF-8, unreadable
+        pass
+    steps = sorted(
+        int(p.name.removeprefix("global_step_"))
+        for p in folder.glob("global_step_*")
+        if p.name.removeprefix("global_step_").isdigit() and (p / "actor").is_dir()
+    )
+    problem = f"{tracker}: not a step number verl can resume from (a crash while verl wrote it)"
+    if not steps:
+        return [f"{problem}; delete it to start fresh"]
+    newest = steps[-1]
+    return [
+        f"{problem}; write {newest} into it to resume from global_step_{newest}, the newest "
+        "checkpoint, or delete it to start fresh"
+    ]
 
 
 def _checkpoint_problems(config: Any) -> list[str]:
