@@ -29,6 +29,7 @@ from rlvr.evaluation.generation import HFBackend
 from rlvr.evaluation.model_source import resolve_model
 from rlvr.train import lora_merge
 from rlvr.train.lora_merge import (
+    TEMP_PREFIX,
     MergeError,
     merge_all,
     merge_checkpoint,
@@ -170,6 +171,23 @@ def test_merge_loads_strictly_and_equals_peft_merge(
     assert not (actor / "huggingface.verl.1").exists()
 
     assert resolve_model(str(hf)).kind == "folder"
+
+
+def test_a_killed_merges_staging_folder_is_removed_by_the_next(
+    tmp_path: Path, trained: Any
+) -> None:
+    """SIGKILL skips the merge's own clean-up and leaves its staging folder; the rerun removes
+    it and says so (nothing else of the checkpoint goes)."""
+    actor = tmp_path / "actor"
+    _write_verl_checkpoint(actor, trained)
+    stale = actor / f"{TEMP_PREFIX}killed"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    said: list[str] = []
+    merge_checkpoint(actor, log=said.append)
+    assert not stale.exists() and weight_state(actor / "huggingface") == "plain"
+    assert said[0] == f"removed {TEMP_PREFIX}killed, left by a merge that was stopped"
+    assert sorted(p.name for p in actor.iterdir() if p.name.startswith(".")) == []
 
 
 def test_merge_writes_the_base_dtype(tmp_path: Path, tiny_model_dir: Path) -> None:

@@ -114,6 +114,9 @@ def merge_checkpoint(
             f"{actor}: no {ADAPTER_DIR}/adapter_config.json and adapter_model.safetensors; "
             "pass a LoRA run's global_step_N/actor folder"
         )
+    for stale in sorted(actor.glob(f"{TEMP_PREFIX}*")):  # a merge killed before its clean-up
+        shutil.rmtree(stale, ignore_errors=True)
+        _say(log, f"removed {stale.name}, left by a merge that was stopped")
     state = weight_state(hf)
     if state == "plain":
         _say(log, f"already merged: {hf}")
