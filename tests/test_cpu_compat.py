@@ -79,7 +79,7 @@ def test_noop_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
 
     before = _patchable_state()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cpu_compat, "_installed", False)  # as in a fresh worker
+    monkeypatch.setattr(cpu_compat, "applied_fixes", [])  # as in a fresh worker
     assert cpu_compat.install() == []
     assert _patchable_state() == before
     assert ("hf", "sync") not in base._ROLLOUT_REGISTRY

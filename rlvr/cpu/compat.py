@@ -61,7 +61,6 @@ _require_parameters = functools.partial(require_parameters, owner="rlvr/cpu/comp
 
 HF_ROLLOUT = "rlvr.cpu.rollout.HFSyncRollout"
 THREADS_ENV = "RLVR_CPU_THREADS"
-_installed = False
 applied_fixes: list[str] = []  # what install() applied in this process, in order
 
 
@@ -75,8 +74,7 @@ def install() -> list[str]:
     """Apply every fix once per process when CUDA is absent; return the names applied."""
     from rlvr.cpu import collectives
 
-    global _installed
-    if _installed or cuda_available():
+    if applied_fixes or cuda_available():
         return []
     applied = []
     for fix in (
@@ -96,7 +94,6 @@ def install() -> list[str]:
     ):
         fix()
         applied.append(fix.__name__.lstrip("_"))
-    _installed = True
     applied_fixes.extend(applied)
     return applied
 
