@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlvr.report import alarms as checks
 from rlvr.report.alarms import Alarm
+from rlvr.report.metrics_log import step_ranges
 from rlvr.report.records import RunRecords
 
 #: The table's rows: the metrics docs/TRAINING.md "Reading the metrics" explains.
@@ -26,21 +27,6 @@ TABLE_KEYS = (
 FIGURE_ORDER = ("reward", "entropy", "length", "clip", "kl", "grad_norm", "groups")
 
 
-def step_ranges(steps: Sequence[int]) -> str:
-    """``1, 2, 3, 7`` as ``1-3, 7``."""
-    parts: list[str] = []
-    ordered = sorted(set(steps))
-    start = previous = None
-    for step in [*ordered, None]:
-        if step is not None and previous is not None and step == previous + 1:
-            previous = step
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = step
-    return ", ".join(parts)
-
-
 def _cell(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
 
@@ -50,7 +36,10 @@ def render(
 ) -> str:
     name = records.run_dir.resolve().name
     fired = [alarm for alarm in alarms if alarm.fired]
-    lines = [f"# Run report: {name}", "", *_header(records), ""]
+    lines = [f"# Run report: {name}", ""]
+    if records.status:
+        lines += [f"**Status: {records.status}.**", ""]
+    lines += [*_header(records), ""]
     lines += [f"## Alarms: {len(fired)} of {len(alarms)} fired", ""]
     order = {checks.FIRED: 0, checks.OK: 1, checks.NO_DATA: 2}
     for alarm in sorted(alarms, key=lambda alarm: order.get(alarm.status, 3)):
