@@ -5,7 +5,9 @@ Usage: uv run scripts/report.py RUN [--out DIR] [--task NAME] [--follow] [--inte
 RUN is the run's trainer.default_local_dir (artifacts/checkpoints/<experiment>), holding
 metrics.jsonl and, when trainer.rollout_data_dir is set (configs/grpo.yaml), rollouts/<step>.jsonl.
 Writes RUN/report.md (or DIR/report.md) and one PNG per signal: reward, entropy, length, clip,
-kl, grad_norm, groups. Prints each fired alarm on one line. Alarms, thresholds and advice:
+kl, grad_norm, groups. Prints the run's status (complete, stopped early, metrics lines missing,
+length unknown: RUN/run_plan.json against the steps logged), a "note: ..." line per thing skipped
+while reading, and each fired alarm on one line. Alarms, thresholds and advice:
 docs/REPORT.md. With --follow, re-reads the run and rewrites the report every S seconds (it waits
 for a run that has logged nothing yet) until Ctrl-C, which exits 0 leaving the last report whole.
 Bad input (no such folder, no metrics.jsonl, an empty or unreadable one): one line, exit code 2.
@@ -49,6 +51,9 @@ def _task(parser: argparse.ArgumentParser, name: str | None) -> TaskSpec | None:
 def _summary(report: Report) -> str:
     fired = report.fired
     lines = [f"report: {report.path} ({len(report.figures)} figures, {len(fired)} alarms fired)"]
+    if report.records.status:
+        lines.append(f"status: {report.records.status}")
+    lines += [f"note: {note}" for note in report.records.notes]
     lines += [f"  ALARM {alarm.title}: steps {list(alarm.steps)}" for alarm in fired]
     return "\n".join(lines)
 

@@ -3,7 +3,8 @@
 ``build(run_dir)`` is the one entry point (scripts/report.py calls it, and so does the training
 entry point, ``rlvr/train/main.py``, when training returns). The parts: ``records`` (metrics.jsonl
 and verl's rollout dumps), ``alarms`` (pure checks with named thresholds), ``figures`` (PNGs) and
-``markdown`` (report.md). docs/REPORT.md explains each alarm.
+``markdown`` (report.md) and ``run_plan`` (the planned length the trainer writes, and the status
+line report.md opens with). docs/REPORT.md explains each alarm.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.messages import first_line
-from rlvr.report.metrics_log import StepRecord, read_steps
+from rlvr.report.metrics_log import StepRecord, read_log
+from rlvr.report.run_plan import run_status
 from rlvr.tasks.spec import TaskSpec
 
 METRICS_FILE = "metrics.jsonl"
@@ -96,6 +97,9 @@ class RunRecords:
     rollouts: Mapping[int, tuple[Rollout, ...]]  # step -> its dumped responses
     task: TaskSpec | None = None
     notes: tuple[str, ...] = ()  # what was skipped while reading, for the report
+    #: how far the run got against its plan (``rlvr.report.run_plan.run_status``); "" when the
+    #: records were not read from a run folder
+    status: str = ""
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``key`` at every step that logged it, non-finite values included (an alarm may care)."""
@@ -184,13 +188,16 @@ def load_run(
     if not metrics.is_file():
         raise NotYetError(f"{run_dir}: no {METRICS_FILE}{_nested_hint(run_dir)}")
     try:
-        steps = read_steps(metrics)
+        log = read_log(metrics)
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise ReportError(first_line(exc)) from None
-    if not steps:
-        raise NotYetError(f"{metrics}: no step logged (empty file)")
-    rollouts, notes = read_rollouts(run_dir / ROLLOUTS_DIR, cache)
-    records = RunRecords(run_dir, tuple(steps), rollouts, None, tuple(notes))
+    if not log.steps:
+        why = log.notes[0] if log.notes else "empty file"
+        raise NotYetError(f"{metrics}: no step logged ({why})")
+    status, status_notes = run_status(run_dir, [r.step for r in log.steps if r.step > 0])
+    rollouts, rollout_notes = read_rollouts(run_dir / ROLLOUTS_DIR, cache)
+    notes = (*log.notes, *status_notes, *rollout_notes)
+    records = RunRecords(run_dir, tuple(log.steps), rollouts, None, notes, status)
     return replace(records, task=task or infer_task(records))
 
 

@@ -1,0 +1,121 @@
+"""The run's planned length, and the status line the report opens with.
+
+The trainer writes ``run_plan.json`` into the run folder (``os.path.dirname(paths.metrics)``) once
+it knows how many steps it will train (``write_run_plan``); the report compares that with the
+last step ``metrics.jsonl`` logged and with verl's checkpoint tracker
+(``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``, written by
+``RayPPOTrainer._save_checkpoint``), so that a run killed early, or one whose metrics lost lines,
+is never reported as a finished one. The status is the run's state, not its health: it is no
+alarm.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlvr.common.files import write_text_atomic
+from rlvr.report.metrics_log import step_ranges
+
+PLAN_FILE = "run_plan.json"
+TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl's checkpoint tracker
+
+
+class RunPlan(BaseModel):
+    """What ``run_plan.json`` holds; strict (``"5"`` or ``5.0`` is no step count)."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+
+    total_training_steps: int = Field(ge=1)
+    experiment: str | None = None
+    #: ``trainer.default_local_dir`` (absolute) where it is not the run folder (a sweep's point
+    #: keeps its checkpoints in ``<point>/checkpoints``): where the tracker is read.
+    checkpoints: str | None = None
+
+
+def write_run_plan(
+    folder: str | os.PathLike[str],
+    total_training_steps: int,
+    experiment: str | None,
+    checkpoints: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write ``folder/run_plan.json`` whole (staged and renamed); returns its path. Raises
+    ValueError on a step count that is not a positive integer."""
+    where = os.path.abspath(checkpoints) if checkpoints is not None else None
+    try:
+        plan = RunPlan(
+            total_training_steps=total_training_steps, experiment=experiment, checkpoints=where
+        )
+    except ValidationError as exc:
+        raise ValueError(f"run plan: {_problem(exc)}") from None
+    path = Path(folder) / PLAN_FILE
+    write_text_atomic(path, plan.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def read_run_plan(folder: str | os.PathLike[str]) -> tuple[RunPlan | None, str | None]:
+    """The plan in ``folder``: (None, None) when there is none, (None, a note saying why) when it
+    cannot be read; never raises."""
+    path = Path(folder) / PLAN_FILE
+    try:
+        return RunPlan.model_validate_json(path.read_bytes()), None
+    except FileNotFoundError:
+        return None, None
+    except ValidationError as exc:
+        return None, f"{PLAN_FILE}: not read ({_problem(exc)}); the run's length is unknown"
+    except OSError as exc:
+        return None, f"{PLAN_FILE}: not read ({type(exc).__name__}); the run's length is unknown"
+
+
+def read_checkpointed_step(folder: Path) -> tuple[int | None, str | None]:
+    """The step verl's tracker in ``folder`` names: (None, None) without one, (None, a note) when
+    it holds no step number (a crash between verl's open and write leaves it empty)."""
+    path = folder / TRACKER_FILE
+    try:
+        return int(path.read_bytes().decode()), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError):  # empty, not a number, not UTF-8, unreadable
+        return None, f"{path}: holds no step number; the checkpoints were not compared"
+
+
+def run_status(folder: Path, training_steps: Sequence[int]) -> tuple[str, list[str]]:
+    """The status line for a run whose ``metrics.jsonl`` logged ``training_steps`` (step 0, the
+    validation before training, left out), and notes on the files that could not be read."""
+    plan, plan_note = read_run_plan(folder)
+    where = Path(plan.checkpoints) if plan and plan.checkpoints else folder
+    saved, tracker_note = read_checkpointed_step(where)
+    notes = [note for note in (plan_note, tracker_note) if note]
+    last = max(training_steps, default=0)
+    planned = plan.total_training_steps if plan else None
+    of_planned = f" of {planned} planned" if planned else ""
+    if saved is not None and saved > last:
+        return (
+            f"metrics lines missing for the steps after {last}: last step logged {last}"
+            f"{of_planned}, but the checkpoint tracker ({TRACKER_FILE}) says step {saved} was "
+            "saved (lines lost, or not written yet); this report ends at step "
+            f"{last}",
+            notes,
+        )
+    missing = sorted(set(range(1, last + 1)) - set(training_steps))
+    gaps = f"; no metrics line for step(s) {step_ranges(missing)}" if missing else ""
+    if planned is None:
+        why = "run_plan.json unreadable, see notes" if plan_note else f"no {PLAN_FILE}"
+        return f"length unknown ({why}): last step logged {last}{gaps}", notes
+    if last < planned:
+        status = f"stopped early (or still running): last step logged {last} of {planned} planned"
+        return status + gaps, notes
+    if missing:
+        return f"incomplete: {last - len(missing)} of {last} steps logged{gaps}", notes
+    if last > planned:
+        return f"complete: last step logged {last}, past the {planned} planned", notes
+    return f"complete: {planned} of {planned} steps logged", notes
+
+
+def _problem(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    key = ".".join(str(part) for part in error["loc"])
+    return f"{key}: {error['msg']}" if key else error["msg"]
