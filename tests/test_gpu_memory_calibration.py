@@ -137,3 +137,22 @@ def test_refuses_without_cuda_unless_dry_run(modules, tmp_path: Path, monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert calibration.main(["--out", str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_recorded_h200_figures_hold_the_relations_the_docs_state() -> None:
+    """benchmarks/results/gpu_memory_h200.json, as docs/TRAINING.md ("Measured GPU memory")
+    summarises it: 16 bytes per parameter at rest, about one bf16 logits copy per token in the
+    log-prob pass, about four in the checkpointed update."""
+    doc = json.loads((ROOT / "benchmarks/results/gpu_memory_h200.json").read_text())
+    assert doc["complete"] and doc["environment"]["device"] == "NVIDIA H200"
+    for name, entry in doc["models"].items():
+        assert entry["parameters"] == entry["build"]["parameters_built"], name
+        per_parameter = entry["static"]["allocated_bytes"] / entry["parameters"]
+        assert per_parameter == pytest.approx(16, rel=0.01), name
+        fits, logits = entry["per_token"], entry["per_token"]["logits_bytes_per_token"]
+        assert 0.85 < fits["log_prob"]["bytes_per_token"] / logits < 1.0, name
+        assert 4.0 < fits["update_checkpointing"]["bytes_per_token"] / logits < 5.0, name
+        assert fits["update_no_checkpointing"]["bytes_per_token"] > 2 * logits, name
+    lora = doc["lora"]
+    resident = 4 * lora["build"]["parameters_built"] + 12 * lora["build"]["trainable_parameters"]
+    assert lora["static"]["allocated_bytes"] == pytest.approx(resident, rel=0.01)
