@@ -1,5 +1,6 @@
 """Writes that never leave a half-written file (stage beside the target, then rename over it),
-output-folder checks made before any work, and a torch-free read of a safetensors file's header."""
+disk full turned into one line that names the path and the bytes, output-folder checks made
+before any work, and a torch-free read of a safetensors file's header."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# Re-exported: the one place every writer and command takes disk-full handling from.
+from rlvr.common.disk_full import DISK_FULL_EXIT as DISK_FULL_EXIT
+from rlvr.common.disk_full import DiskFullError as DiskFullError
+from rlvr.common.disk_full import disk_full_message as disk_full_message
+from rlvr.common.disk_full import disk_full_of as disk_full_of
+from rlvr.common.disk_full import disk_full_translated as disk_full_translated
+from rlvr.common.disk_full import is_disk_full as is_disk_full
+from rlvr.common.disk_full import report_disk_full as report_disk_full
+from rlvr.common.disk_full import tree_size
 from rlvr.common.signals import signals_deferred
 
 
@@ -47,21 +57,26 @@ def widen_to_umask(*paths: Path) -> None:
 
 
 @contextmanager
-def staged(path: Path) -> Iterator[Path]:
+def staged(path: Path, needed_bytes: int | None = None) -> Iterator[Path]:
     """A temporary path beside ``path``, moved onto it only if the block finishes.
 
     The name is unique (``.NAME.XXXXXXXX.tmp``), so a user's own ``.NAME.tmp`` is never touched
-    and two writers to one path do not share a staging file (the last rename wins, whole).
+    and two writers to one path do not share a staging file (the last rename wins, whole). A
+    full disk raises :class:`DiskFullError` naming ``path`` (``needed_bytes``, when the caller
+    knows the size, else what was staged before the write failed).
     """
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    staging = Path(name)
+    staging: Path | None = None
     try:
-        os.chmod(staging, new_mode(path, folder=False))
-        yield staging
-        os.replace(staging, path)
+        with disk_full_translated(path, needed_bytes, lambda: tree_size(staging)):
+            handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(handle)
+            staging = Path(name)
+            os.chmod(staging, new_mode(path, folder=False))
+            yield staging
+            os.replace(staging, path)
     finally:
-        staging.unlink(missing_ok=True)
+        if staging is not None:
+            staging.unlink(missing_ok=True)
 
 
 def _lexists(path: Path) -> bool:
@@ -136,26 +151,28 @@ def _running(pid: int) -> bool:
 
 
 @contextmanager
-def staged_dir(destination: Path) -> Iterator[Path]:
+def staged_dir(destination: Path, needed_bytes: int | None = None) -> Iterator[Path]:
     """A fresh folder beside ``destination``, moved onto it whole only if the block finishes.
 
     An existing ``destination`` is replaced only then (the caller decides whether it may be:
     see ``--force`` in the CLIs); an interrupted block leaves it as it was. The new folder gets
-    the old one's permissions, or a plain ``mkdir``'s.
+    the old one's permissions, or a plain ``mkdir``'s. A full disk raises
+    :class:`DiskFullError` naming ``destination``, once the staging folder is gone.
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_asides(destination)
     staging: Path | None = None
     try:
-        # Held, so a signal cannot land between the folder's creation and this function knowing
-        # its name (the folder would stay behind); it is delivered once ``staging`` is set.
-        with signals_deferred():
-            staging = Path(
-                tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent)
-            )
-        os.chmod(staging, new_mode(destination, folder=True))
-        yield staging
-        replace_folder(staging, destination)
+        with disk_full_translated(destination, needed_bytes, lambda: tree_size(staging)):
+            # Held, so a signal cannot land between the folder's creation and this function
+            # knowing its name (the folder would stay behind); delivered once ``staging`` is set.
+            with signals_deferred():
+                staging = Path(
+                    tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent)
+                )
+            os.chmod(staging, new_mode(destination, folder=True))
+            yield staging
+            replace_folder(staging, destination)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -195,7 +212,7 @@ def _write_problem(folder: Path, path: str | os.PathLike[str], flag: str) -> str
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    with staged(path) as staging:
+    with staged(path, needed_bytes=len(text.encode())) as staging:
         staging.write_text(text)
 
 

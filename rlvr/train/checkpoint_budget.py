@@ -23,11 +23,12 @@ The whole budget is assumed to land on one filesystem (a shared one on multi-nod
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.disk_full import free_bytes
+from rlvr.common.disk_full import human_bytes as human  # preflight imports it from here
 from rlvr.common.files import read_safetensors_header
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -76,14 +77,6 @@ class Budget:
             f"checkpoints: {kept} kept x {per}{merged} = {total} under {self.directory} "
             f"(free {human(self.free_bytes)})"
         )
-
-
-def human(n: int) -> str:
-    """Decimal units, as disks are sold and ``df -H`` prints."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def safetensors_size(folder: Path) -> ModelSize | None:
@@ -220,15 +213,6 @@ def merged_bytes(config: Any, size: ModelSize) -> int:
         declared = json.loads(model_config.read_text())
         dtype = str(declared.get("torch_dtype") or declared.get("dtype") or dtype)
     return DTYPE_BYTES.get(dtype, 4) * size.parameters
-
-
-def free_bytes(directory: Path) -> int:
-    """Free space for an unprivileged writer on the nearest existing ancestor of ``directory``."""
-    probe = directory
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    stats = os.statvfs(probe)
-    return stats.f_bavail * stats.f_frsize
 
 
 def estimate(config: Any) -> Budget:
