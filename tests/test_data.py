@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_write_splits_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
-    real = pd.DataFrame.to_parquet
+    real = Path.write_bytes
 
-    def failing(self, path, *args, **kwargs):
+    def failing(self: Path, data: bytes) -> int:  # the second split's file fails
         calls["n"] += 1
         if calls["n"] == 2:
-            raise OSError("disk full")
-        return real(self, path, *args, **kwargs)
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, data)
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", failing)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(Path, "write_bytes", failing)
+    with pytest.raises(OSError, match="Input/output error"):
         write_splits(tmp_path / "new", {"train": [{"a": 1}], "test": [{"a": 2}]})
     assert not (tmp_path / "new").exists()
     assert list(tmp_path.iterdir()) == []  # no staging folder left behind

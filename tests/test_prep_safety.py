@@ -238,16 +238,16 @@ def test_an_interrupt_while_writing_keeps_the_old_files(
     out = tmp_path / "out"
     shutil.copytree(previous_output["countdown"], out)
     before = _snapshot(out)
-    real = pd.DataFrame.to_parquet
+    real = Path.write_bytes
     calls = []
 
-    def interrupted(self: pd.DataFrame, path: object, *args: object, **kwargs: object) -> None:
-        calls.append(path)
+    def interrupted(self: Path, data: bytes) -> int:
+        calls.append(self)
         if len(calls) == 2:
             raise KeyboardInterrupt  # Ctrl-C after the first split was written
-        real(self, path, *args, **kwargs)
+        return real(self, data)
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", interrupted)
+    monkeypatch.setattr(Path, "write_bytes", interrupted)
     code = prep.run_prep_cli(
         lambda: countdown.prepare("generate", out, train_size=30, test_size=5, seed=9)
     )

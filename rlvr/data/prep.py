@@ -5,17 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.common.files import new_mode, output_folder_problem, remove_stale_asides, replace_folder
+from rlvr.common.files import (
+    DiskFullError,
+    disk_full_translated,
+    is_disk_full,
+    output_folder_problem,
+    report_disk_full,
+    staged_dir,
+)
 from rlvr.common.messages import first_line
-from rlvr.common.signals import signals_deferred, sigterm_as_interrupt
+from rlvr.common.signals import sigterm_as_interrupt
 
 # The columns verl's RLHFDataset and reward manager read from every row.
 DATA_COLUMNS = ("data_source", "prompt", "reward_model")
@@ -40,7 +46,10 @@ def load_source(source: str, hub_name: str, hub_config: str | None = None) -> di
 
     if source == "hf":
         try:
-            loaded = datasets.load_dataset(hub_name, hub_config)
+            with _cache_full_translated():
+                loaded = datasets.load_dataset(hub_name, hub_config)
+        except DiskFullError:
+            raise
         except Exception as exc:  # network, auth, offline mode, missing dataset
             raise DataPrepError(
                 f"could not load {hub_name!r} from the Hugging Face hub ({type(exc).__name__}: "
@@ -59,7 +68,8 @@ def load_source(source: str, hub_name: str, hub_config: str | None = None) -> di
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
-        return _load_local(path)
+        with _cache_full_translated():
+            return _load_local(path)
     finally:
         datasets.logging.set_verbosity(verbosity)
         if bars_were_on:
@@ -88,11 +98,22 @@ def _load_local(path: Path) -> dict[str, Any]:
     except DataPrepError:
         raise
     except Exception as exc:
+        if is_disk_full(exc):
+            raise  # not a bad file: load_source names the cache
         # datasets wraps the useful cause ("changed from string to number in row 1")
         root = exc.__cause__ or exc
         raise DataPrepError(
             f"{path}: could not be read ({type(root).__name__}: {first_line(root)})"
         ) from exc
+
+
+def _cache_full_translated() -> AbstractContextManager[None]:
+    """A load that fills the disk with ``datasets``' cache (its Arrow files, under
+    ``HF_DATASETS_CACHE``; a hub download's files go under ``HF_HUB_CACHE``, usually beside
+    it) is no bad source: DiskFullError naming the cache."""
+    import datasets
+
+    return disk_full_translated(datasets.config.HF_DATASETS_CACHE)
 
 
 def require_columns(dataset: Any, columns: Sequence[str], where: str) -> None:
@@ -227,25 +248,28 @@ def write_splits(
     The files are written to a staging folder beside ``local_dir``, which then replaces it in
     one swap with SIGINT/SIGTERM held back, so an interrupted prep never leaves half-written,
     mixed old/new, or stale files (a ``val.parquet`` from an earlier run with ``--val_size``).
+    Every split is encoded in memory first, so a full disk is reported (DiskFullError) with
+    the bytes the whole write needs.
     """
+    destination = check_destination(local_dir, splits)
+    encoded = _encode_splits(splits)
+    with staged_dir(destination, needed_bytes=sum(map(len, encoded.values()))) as staging:
+        for split, data in encoded.items():
+            (staging / f"{split}.parquet").write_bytes(data)
+        check_destination(local_dir, splits)  # again: files may have appeared meanwhile
+    return {split: destination / f"{split}.parquet" for split in splits}
+
+
+def _encode_splits(splits: Mapping[str, list[dict]]) -> dict[str, bytes]:
+    """Each split's Parquet file, as bytes (data prep's splits are megabytes at most)."""
     import pandas as pd
 
-    destination = check_destination(local_dir, splits)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_asides(destination)  # left by a prep killed (SIGKILL) mid-swap
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
-    try:
-        os.chmod(staging, new_mode(destination, folder=True))  # mkdtemp's 0700 locks others out
-        for split, rows in splits.items():
-            if not rows:
-                raise DataPrepError(f"split {split!r} would be empty")
-            pd.DataFrame(rows).to_parquet(staging / f"{split}.parquet", index=False)
-        with signals_deferred():
-            check_destination(local_dir, splits)  # again: files may have appeared meanwhile
-            replace_folder(staging, destination)  # the old files are deleted before any signal
-        return {split: destination / f"{split}.parquet" for split in splits}
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    encoded = {}
+    for split, rows in splits.items():
+        if not rows:
+            raise DataPrepError(f"split {split!r} would be empty")
+        encoded[split] = pd.DataFrame(rows).to_parquet(index=False)
+    return encoded
 
 
 @dataclass
@@ -261,7 +285,8 @@ class PrepResult:
 
 
 def run_prep_cli(prepare_call: Callable[[], PrepResult]) -> int:
-    """Run a task's ``prepare``; print its summary and an example row, or the error (exit 2).
+    """Run a task's ``prepare``; print its summary and an example row, or the error in one
+    line: exit 2 for bad input, 1 for a full disk (the output folder is as it was).
 
     SIGTERM is handled like Ctrl-C (exit 130): the staging folder is removed and the output
     folder keeps its previous data (by default SIGTERM ends Python without any cleanup).
@@ -278,6 +303,8 @@ def run_prep_cli(prepare_call: Callable[[], PrepResult]) -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception as exc:  # a full disk is one line, exit 1; anything else is a bug
+        return report_disk_full(exc)
     for line in result.lines:
         print(line)
     print("example row:")
