@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.common.cli import OneLineParser
+from rlvr.common.files import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.evaluation import metrics
 from rlvr.evaluation.errors import EvalError
@@ -358,6 +359,8 @@ def main(task_name: str, description: str, argv: Sequence[str] | None = None) ->
     except KeyboardInterrupt:
         print("interrupted: an unfinished run never replaces its --output", file=sys.stderr)
         return 130
+    except Exception as exc:  # a full disk is one line, exit 1; anything else is a bug
+        return report_disk_full(exc)
 
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:

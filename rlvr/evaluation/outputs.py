@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlvr.common.files import staged, swap_in
+from rlvr.common.files import DiskFullError, disk_full_translated, staged, swap_in, tree_size
 from rlvr.common.paths import ROOT
 from rlvr.common.signals import signals_deferred
 from rlvr.evaluation.errors import EvalError
@@ -133,7 +133,8 @@ def staged_run_dir(output: Path, force: bool) -> Iterator[Path]:
 
     Without ``force`` an existing ``output`` is refused, before and after the block. When the
     block fails, ``output`` is untouched; a staging folder holding samples stays for a look
-    (its path is printed), an empty one is removed.
+    (its path is printed), an empty one is removed. A full disk removes it in any case and
+    raises DiskFullError naming ``output``.
     """
     output = Path(os.path.abspath(output))  # "." and ".." have no name to stage beside
     refuse_existing_run(output, force)
@@ -141,10 +142,14 @@ def staged_run_dir(output: Path, force: bool) -> Iterator[Path]:
     staging = staging_dir(output)
     if staging.exists():  # left by an earlier process with this pid
         shutil.rmtree(staging)
-    staging.mkdir()
     try:
-        yield staging
-        _publish(staging, output, force)
+        with disk_full_translated(output, written=lambda: tree_size(staging)):
+            staging.mkdir()
+            yield staging
+            _publish(staging, output, force)
+    except DiskFullError:
+        shutil.rmtree(staging, ignore_errors=True)  # the samples would only hold the disk full
+        raise
     except BaseException:
         _keep_or_remove(staging, output)
         raise
@@ -176,15 +181,17 @@ def _keep_or_remove(staging: Path, output: Path) -> None:
 
 
 @contextmanager
-def new_file(path: Path, force: bool, flag: str = "--output") -> Iterator[Path]:
+def new_file(
+    path: Path, force: bool, flag: str = "--output", needed_bytes: int | None = None
+) -> Iterator[Path]:
     """A staging path for ``path``, renamed onto it when the block finishes; an existing
-    ``path`` is refused without ``force``."""
+    ``path`` is refused without ``force``. A full disk raises DiskFullError naming ``path``."""
     refuse_existing(path, force, flag)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with staged(path) as staging:
+    with staged(path, needed_bytes) as staging:
         yield staging
 
 
 def write_new_text(path: Path, text: str, force: bool, flag: str = "--output") -> None:
-    with new_file(path, force, flag) as staging:
+    with new_file(path, force, flag, needed_bytes=len(text.encode())) as staging:
         staging.write_text(text)

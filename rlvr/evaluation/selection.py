@@ -73,6 +73,7 @@ def filter_learnable(
                 f"{data} row {index}: ground truth {actual!r} differs from the run's "
                 f"{by_index[index].ground_truth!r}; the data file changed since the analyse run"
             )
-    with new_file(output, force) as staging:
-        frame.iloc[indices].reset_index(drop=True).to_parquet(staging, index=False)
+    encoded = frame.iloc[indices].reset_index(drop=True).to_parquet(index=False)
+    with new_file(output, force, needed_bytes=len(encoded)) as staging:
+        staging.write_bytes(encoded)
     return len(indices), len(records)
