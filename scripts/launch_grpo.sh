@@ -5,9 +5,10 @@
 #   e.g. bash scripts/launch_grpo.sh countdown_qwen3_4b trainer.total_training_steps=50
 # Pre-flight checks run first; the log is teed to artifacts/logs/ (or $RLVR_LOG_DIR), where wandb
 # also keeps its run files; wandb is online only when a key is configured. Without RAY_ADDRESS
-# verl starts a local Ray that lives and ends with this process; with RAY_ADDRESS=auto it joins
-# the cluster of scripts/ray_cluster.sh. After training, LoRA checkpoints get a merged, loadable
-# actor/huggingface.
+# verl starts a local Ray (in its own temp dir, /tmp/rlvr-ray-*) that lives and ends with this
+# process; with RAY_ADDRESS=auto it joins the cluster of scripts/ray_cluster.sh. Stopping the
+# launcher (Ctrl-C, SIGTERM, SIGHUP) stops every process of the run. After training, LoRA
+# checkpoints get a merged, loadable actor/huggingface.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ $# -lt 1 || -z "${1:-}" || "$1" == -* ]]; then
@@ -40,25 +41,8 @@ export WANDB_DIR="$LOG_DIR"
 LOG="$LOG_DIR/$STAMP.log"
 echo "log: $LOG"
 
-# Ray workers do not inherit this shell's environment when Ray runs as a cluster: the variables
-# that shape a run travel in the job's runtime env. (WANDB_API_KEY does not: verl prints the
-# runtime env; on a cluster run `wandb login` on each node instead.)
-FORWARD=()
-for name in WANDB_MODE WANDB_DIR WANDB_ENTITY WANDB_RUN_GROUP \
-    HF_HOME HF_HUB_OFFLINE HF_ENDPOINT NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME NCCL_IB_HCA \
-    RLVR_TRACE_DIR; do
-    if [[ -n "${!name:-}" ]]; then
-        value="${!name//\\/\\\\}"
-        FORWARD+=("++ray_kwargs.ray_init.runtime_env.env_vars.$name='${value//\'/\\\'}'")
-    fi
-done
-
-status=0
-"$PYTHON" -m rlvr.train.main \
-    --config-path="$ROOT/configs" --config-name="$EXPERIMENT" \
-    paths.root="$ROOT" "${FORWARD[@]}" "$@" 2>&1 | tee "$LOG" || status=$?
-
-# LoRA checkpoints hold adapters only; give each one a merged actor/huggingface (a no-op for
-# full fine-tuning), also after a failed run, whose saved checkpoints are still good.
-"$PYTHON" -m rlvr.train.lora_merge --experiment "$EXPERIMENT" "$@" || status=$((status ? status : 1))
-exit "$status"
+# verl's driver under a supervisor (rlvr/train/launch.py), which this process becomes: SIGINT,
+# SIGTERM or SIGHUP stop the whole run (driver, Ray daemons, agents, workers) in one line and
+# exit 128 + the signal; then the LoRA merge (LoRA checkpoints hold adapters only: each gets a
+# merged, loadable actor/huggingface, also after a failed run).
+exec "$PYTHON" -m rlvr.train.launch "$EXPERIMENT" "$LOG" "$@"

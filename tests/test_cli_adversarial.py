@@ -4,7 +4,7 @@ unchanged (docs/ERRORS.md lists what each command refuses).
 
 Python CLIs run in-process (their ``main``); the shell scripts run as subprocesses behind a stub
 ``uv``/``python``/``ray`` (``_shims``): ``launch_grpo.sh`` runs its real pre-flight, and anything
-past it (verl, Ray, a LoRA merge) only leaves a marker, so no row can start Ray or training even
+past it (the supervisor, verl, Ray, a LoRA merge) only leaves a marker, so no row can start Ray or training even
 if its bad input slips through.
 """
 
@@ -428,6 +428,6 @@ def test_negative_control_good_input_gets_past_the_checks(
     code, err = RUNNERS["launch"](launch, capsys, shims)
     marker = shims / "ran_past_checks"
     try:
-        assert code == STUB_EXIT and "rlvr.train.main" in marker.read_text(), err[-3000:]
+        assert code == STUB_EXIT and "rlvr.train.launch" in marker.read_text(), err[-3000:]
     finally:
         marker.unlink(missing_ok=True)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from rlvr.train import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +28,8 @@ def _stubs(tmp_path: Path) -> dict[str, str]:
     recorder = (
         "import json, os, sys\n"
         f"open({str(log)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], "
-        "'uv_hook': os.environ.get('RAY_ENABLE_UV_RUN_RUNTIME_ENV')}) + '\\n')\n"
+        "'uv_hook': os.environ.get('RAY_ENABLE_UV_RUN_RUNTIME_ENV'), "
+        "'wandb': [os.environ.get('WANDB_MODE'), os.environ.get('WANDB_DIR')]}) + '\\n')\n"
         "if '-c' in sys.argv: print(0)\n"
     )
     (venv_bin / "recorder.py").write_text(recorder)
@@ -51,34 +55,68 @@ def _calls(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
 
 
-def test_launcher_forwards_its_environment_through_the_runtime_env(tmp_path: Path) -> None:
-    env = _stubs(tmp_path) | {
-        "RLVR_LOG_DIR": str(tmp_path / "logs"),
-        "NCCL_SOCKET_IFNAME": "eth1",
-        "HF_HOME": "/shared/hf cache",
-    }
+def test_launcher_hands_over_to_the_supervisor_with_the_projects_python(tmp_path: Path) -> None:
+    env = _stubs(tmp_path) | {"RLVR_LOG_DIR": str(tmp_path / "logs")}
     done = _run(
         ["scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"], env
     )
     assert done.returncode == 0, done.stderr
-    main_ppo = next(c for c in _calls(tmp_path) if "rlvr.train.main" in c["argv"])
-    assert main_ppo["argv"][0].endswith("venv/bin/python")  # not `uv run`: no uv path to workers
-    assert main_ppo["uv_hook"] == "0"
-    forwarded = {a for a in main_ppo["argv"] if a.startswith("++ray_kwargs.ray_init.runtime_env")}
+    launch = next(c for c in _calls(tmp_path) if "rlvr.train.launch" in c["argv"])
+    assert launch["argv"][0].endswith("venv/bin/python")  # not `uv run`: no uv path to workers
+    assert launch["uv_hook"] == "0"
+    assert launch["wandb"] == ["offline", str(tmp_path / "logs")]  # exported to what it runs
+    _, _, _, experiment, log, *overrides = launch["argv"]
+    assert experiment == "countdown_qwen3_4b" and overrides == ["trainer.total_training_steps=2"]
+    assert Path(log).parent == tmp_path / "logs" and log.endswith(".log")
+
+
+def test_the_driver_gets_the_environment_through_the_runtime_env() -> None:
+    environ = {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": "/logs",
+        "NCCL_SOCKET_IFNAME": "eth1",
+        "HF_HOME": "/shared/hf cache",
+        "UNRELATED": "x",
+    }
+    command = launch.driver_command("countdown_qwen3_4b", [*launch.forwarded(environ), "a=1"])
+    assert command[:3] == [sys.executable, "-m", "rlvr.train.main"]
     prefix = "++ray_kwargs.ray_init.runtime_env.env_vars."
-    assert {
+    assert {a for a in command if a.startswith(prefix)} == {
         f"{prefix}WANDB_MODE='offline'",
-        f"{prefix}WANDB_DIR='{tmp_path / 'logs'}'",
+        f"{prefix}WANDB_DIR='/logs'",
         f"{prefix}NCCL_SOCKET_IFNAME='eth1'",
         f"{prefix}HF_HOME='/shared/hf cache'",
-    } <= forwarded
-    assert main_ppo["argv"][-1] == "trainer.total_training_steps=2"  # user overrides win
-    merge = next(c for c in _calls(tmp_path) if "rlvr.train.lora_merge" in c["argv"])
-    assert merge["argv"][-3:] == [
-        "--experiment",
-        "countdown_qwen3_4b",
-        "trainer.total_training_steps=2",
-    ]
+    }
+    assert command[-1] == "a=1"  # user overrides come last and win
+
+
+@pytest.mark.parametrize(
+    ("overrides", "environ", "own"),
+    [
+        ([], {}, True),  # a local Ray: its own temp dir, the marker of its processes
+        (["+ray_kwargs.ray_init._temp_dir=/tmp/mine"], {}, False),  # the user's is kept
+        ([], {"RAY_ADDRESS": "auto"}, False),  # a cluster's daemons are not this run's
+    ],
+)
+def test_a_local_ray_gets_a_temp_dir_of_its_own(
+    overrides: list[str], environ: dict[str, str], own: bool
+) -> None:
+    marker, added = launch.own_ray_temp_dir(overrides, environ)
+    if own:
+        assert Path(marker).is_dir() and marker.startswith("/tmp/rlvr-ray-")
+        assert added == [f"++ray_kwargs.ray_init._temp_dir={marker}"]
+        Path(marker).rmdir()
+    else:
+        assert added == [] and marker == ("/tmp/mine" if overrides else "")
+
+
+def test_the_lora_merge_runs_with_the_users_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlvr.train import lora_merge
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(lora_merge, "main", lambda argv: calls.append(argv) or 0)
+    assert launch.merge_lora("countdown_qwen3_4b_lora", ["trainer.total_training_steps=2"]) == 0
+    assert calls == [["--experiment", "countdown_qwen3_4b_lora", "trainer.total_training_steps=2"]]
 
 
 def test_forwarded_values_survive_hydra_parsing() -> None:
