@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import signal
 import sys
 from pathlib import Path
 
 from rlvr.common.cli import docstring_parser
+from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
 from rlvr.sweep.plots import write_report
@@ -99,18 +101,24 @@ def main(argv: list[str] | None = None) -> int:
             for point in points:
                 print(f"  {point.name}: {' '.join(point.overrides)}")
             return 0
-        statuses = run_sweep(
-            spec, sweep_dir, ray_address=args.ray_address, timeout_s=args.timeout_h * 3600
-        )
+        with sigterm_as_interrupt():  # SIGTERM/SIGHUP stop the running point as Ctrl-C does
+            statuses = run_sweep(
+                spec, sweep_dir, ray_address=args.ray_address, timeout_s=args.timeout_h * 3600
+            )
         record, rows = load_sweep(sweep_dir)
         for path in write_report(sweep_dir, record, rows):
             print(f"wrote {path}")
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: the running point was stopped; rerun the same command to resume")
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
+        print(
+            f"sweep: {signal.Signals(signum).name}: stopped the running point (recorded as"
+            " interrupted); rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 128 + signum
     failed = [s.name for s in statuses if s.state != "finished"]
     if failed:
         print(f"{len(failed)} of {len(statuses)} points failed: {', '.join(failed)}")

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from rlvr.common.signals import signals_deferred, sigterm_as_interrupt
+from rlvr.common.signals import interrupt_signal, signals_deferred, sigterm_as_interrupt
 
 
 def test_sigterm_becomes_an_interrupt_and_is_restored() -> None:
@@ -50,3 +50,13 @@ def test_negative_control_without_the_guard_the_block_is_cut_short() -> None:
         os.kill(os.getpid(), signal.SIGINT)
         done.append("swap finished")
     assert done == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_become_interrupts_that_know_their_signal(signum: int) -> None:
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt) as raised, sigterm_as_interrupt():
+        os.kill(os.getpid(), signum)
+    assert interrupt_signal(raised.value) == signum
+    assert signal.getsignal(signum) == before
+    assert interrupt_signal(KeyboardInterrupt()) == signal.SIGINT  # Ctrl-C's own

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from rlvr.report.metrics_log import read_steps
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
 from rlvr.sweep.runner import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
 
 STAND_IN = """#!/usr/bin/env bash
 # Stands in for launch_grpo.sh: writes verl-style JSON lines to paths.metrics (one step, then
@@ -119,32 +123,46 @@ def test_a_timed_out_ray_job_is_stopped_on_the_cluster(
     assert stop == f"job stop --address=http://head:8265 {submission.split('=', 1)[1]}"
 
 
-def test_ctrl_c_stops_the_running_point_and_records_it(tmp_path: Path) -> None:
-    """The launcher runs in its own session, out of reach of the terminal's Ctrl-C: the sweep
-    must stop it itself before exiting."""
-    import signal
-    import time
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
 
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=[s.name for s in STOP_SIGNALS])
+def test_a_stop_signal_stops_the_running_point_and_records_it(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """The launcher runs in its own session, out of reach of the terminal's Ctrl-C: the sweep
+    (scripts/sweep.py, as a user runs it) must stop it itself, say so in one line, exit 128 +
+    the signal, and record the point as interrupted. Python's default SIGTERM/SIGHUP action
+    (before: exit 143 with the point still running) fails every assertion here."""
     launcher = tmp_path / "long.sh"
-    launcher.write_text('#!/usr/bin/env bash\necho $$ > "$RLVR_LOG_DIR/pid"\nsleep 300\n')
+    launcher.write_text(
+        '#!/usr/bin/env bash\necho "$$ $RLVR_STOP_WITH_PARENT" > "$RLVR_LOG_DIR/pid"\nsleep 300\n'
+    )
     code = (
-        "import sys; from pathlib import Path; "
-        "from rlvr.sweep.grid import SweepSpec, parse_grid; "
-        "from rlvr.sweep.runner import run_sweep; "
-        "run_sweep(SweepSpec('c', 'countdown_cpu', parse_grid(['lr=1e-5'])), "
-        f"Path({str(tmp_path / 's')!r}), launcher=Path({str(launcher)!r}))"
+        "import functools, runpy, sys; from pathlib import Path; import rlvr.sweep.runner as r; "
+        f"r.run_sweep = functools.partial(r.run_sweep, launcher=Path({str(launcher)!r})); "
+        "sys.argv = ['sweep.py', '--experiment', 'countdown_cpu', '--grid', 'lr=1e-5', "
+        f"'--name', 'c', '--out', {str(tmp_path / 's')!r}]; "
+        f"runpy.run_path({str(ROOT / 'scripts/sweep.py')!r}, run_name='__main__')"
     )
     sweep = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    pid_file = tmp_path / "s/runs/lr1e-5/pid"
+    pid_file = tmp_path / "s/c/runs/lr1e-5/pid"
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text().strip()):
         assert time.monotonic() < deadline and sweep.poll() is None
         time.sleep(0.2)
-    launcher_pid = int(pid_file.read_text())
-    sweep.send_signal(signal.SIGINT)
+    launcher_pid, parent = map(int, pid_file.read_text().split())
+    assert parent == sweep.pid  # the launcher asks to be stopped when the sweep dies
+    sweep.send_signal(signum)
     _, stderr = sweep.communicate(timeout=60)
-    assert sweep.returncode != 0 and "KeyboardInterrupt" in stderr
+    assert sweep.returncode == 128 + signum, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"sweep: {signum.name}: stopped the running point (recorded as interrupted);"
+        " rerun the same command to resume"
+    ]
     with pytest.raises(ProcessLookupError):
         os.kill(launcher_pid, 0)
-    status = json.loads((tmp_path / "s/runs/lr1e-5/status.json").read_text())
-    assert status["state"] == "failed" and status["reason"] == "interrupted"
+    status = json.loads((tmp_path / "s/c/runs/lr1e-5/status.json").read_text())
+    assert status["state"] == "failed"
+    assert status["reason"].startswith(f"interrupted ({signum.name})")

@@ -1,4 +1,5 @@
-"""Interrupts that leave outputs whole: SIGTERM as Ctrl-C, and signals held over a swap."""
+"""Interrupts that leave outputs whole: SIGTERM and SIGHUP as Ctrl-C, and signals held over a
+swap."""
 
 from __future__ import annotations
 
@@ -7,24 +8,40 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # beside SIGINT, which Python turns into Ctrl-C
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt; knows which it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt_signal(exc: KeyboardInterrupt) -> int:
+    """The signal behind an interrupt: SIGINT for Ctrl-C's own KeyboardInterrupt."""
+    return exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt like Ctrl-C, so clean-up code runs (Python's default
-    SIGTERM action ends the process without any); the previous handler comes back after."""
+    """SIGTERM and SIGHUP (a closed terminal) raise ``Interrupted``, a KeyboardInterrupt, so
+    clean-up code runs (Python's default action for both ends the process without any); the
+    previous handlers come back after."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
 
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set from the main thread
         return
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import RAY_CLI
+from rlvr.common.signals import interrupt_signal
+from rlvr.common.supervision import STOP_WITH_PARENT_ENV
 from rlvr.report.metrics_log import StepRecord
 from rlvr.sweep.folder import (
     METRICS_FILE,
@@ -178,11 +180,15 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def _verdict(
-    returncode: int | None, interrupted: bool, records: list[StepRecord], output_log: Path
+    returncode: int | None,
+    interrupted: KeyboardInterrupt | None,
+    records: list[StepRecord],
+    output_log: Path,
 ) -> tuple[int | None, str]:
     """The point's exit code as recorded, and why it failed ("" when it finished)."""
-    if interrupted:
-        return returncode, "interrupted"
+    if interrupted is not None:
+        name = signal.Signals(interrupt_signal(interrupted)).name
+        return returncode, f"interrupted ({name}): the sweep was stopped during this point"
     if returncode == 0:
         return (0, "") if records else (1, f"exit 0 but no training step in {METRICS_FILE}")
     output = output_log.read_text(errors="replace")[-20000:]
@@ -202,13 +208,15 @@ def _run_point(
         **options.env,
         "RLVR_LOG_DIR": str(folder),  # the launcher's log and wandb files land here
         "WANDB_RUN_GROUP": spec.name,
+        # The point stops when the sweep dies, even by SIGKILL (the launcher asks the kernel).
+        STOP_WITH_PARENT_ENV: str(os.getpid()),
     }
     started = time.monotonic()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     try:
         returncode = _run_once(command, env, folder / OUTPUT_LOG, options.timeout_s)
-    except KeyboardInterrupt:
-        interrupted, returncode = True, None
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (scripts/sweep.py)
+        interrupted, returncode = exc, None
     if returncode is None and options.ray_address is not None:  # timed out or interrupted
         _stop_ray_job(command, options.ray_address, folder / OUTPUT_LOG)
     seconds = round(time.monotonic() - started, 1)
@@ -224,8 +232,8 @@ def _run_point(
         command=command,
     )
     status.save(folder / STATUS_FILE)
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     return status, records
 
 
