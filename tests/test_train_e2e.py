@@ -170,6 +170,12 @@ def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> 
     records = read_steps(workdir / "checkpoints/e2e/metrics.jsonl")
     assert [r.step for r in records] == [0, 1, 2, 3]
     assert "actor/entropy" in records[1].metrics and "actor/entropy" in records[3].metrics
+    # max_actor_ckpt_to_keep=2 holds across the resume: verl alone kept steps 1, 2 and 3
+    kept = sorted(p.name for p in (workdir / "checkpoints/e2e").glob("global_step_*"))
+    assert kept == ["global_step_2", "global_step_3"], kept
+    assert "max_actor_ckpt_to_keep=2: removed global_step_1" in output
+    # the report knows the run's plan: the resumed run planned 3 steps and logged them all
+    assert "rlvr: run status: complete: 3 of 3 steps logged" in output
 
 
 def _records(run_file: Path) -> tuple[list[dict], set[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,102 @@ def test_the_driver_writes_the_run_report(
     assert f"rlvr: run report {run}/report.md" in out
     assert f"rlvr: no run report for {tmp_path / 'missing'}" in out
     assert (run / "report.md").is_file() and (run / "reward.png").is_file()
+
+
+class _Workers:
+    """Stands in for the actor worker group: writes a checkpoint folder where verl asks."""
+
+    def save_checkpoint(self, local_path: str, *args: Any, **kwargs: Any) -> None:
+        os.makedirs(local_path, exist_ok=True)
+        Path(local_path, "model.pt").write_text("weights")
+
+
+def _resumed_save(trainer_class: type, root: Path, keep: int | None) -> list[str]:
+    """verl's real ``_save_checkpoint`` at step 3 of a run resumed from step 2, with steps 1
+    and 2 saved by the process before it; returns the checkpoint folders left."""
+    for step in (1, 2):
+        (root / f"global_step_{step}/actor").mkdir(parents=True)
+    trainer: Any = trainer_class.__new__(trainer_class)
+    trainer.config = OmegaConf.create(
+        {"trainer": {"default_local_dir": str(root), "default_hdfs_dir": None,
+                     "max_actor_ckpt_to_keep": keep, "max_critic_ckpt_to_keep": keep}}
+    )  # fmt: skip
+    trainer.global_steps, trainer.use_critic = 3, False
+    trainer.actor_rollout_wg = _Workers()
+    trainer.train_dataloader = type("Loader", (), {"state_dict": lambda self: {"epoch": 0}})()
+    trainer._save_checkpoint()
+    assert (root / "latest_checkpointed_iteration.txt").read_text() == "3"
+    return sorted(path.name for path in root.iterdir() if path.is_dir())
+
+
+@pytest.mark.parametrize(
+    ("keep", "kept"),
+    [
+        (2, ["global_step_2", "global_step_3"]),
+        (1, ["global_step_3"]),
+        (None, ["global_step_1", "global_step_2", "global_step_3"]),  # keep all: verl's default
+        (0, ["global_step_1", "global_step_2", "global_step_3"]),
+    ],
+)
+def test_checkpoints_saved_before_a_resume_count_against_the_limit(
+    tmp_path: Path, keep: int | None, kept: list[str]
+) -> None:
+    assert _resumed_save(recipe.RecipeTrainer, tmp_path, keep) == kept
+
+
+def test_verl_alone_keeps_checkpoints_from_before_a_resume(tmp_path: Path) -> None:
+    """Negative control: verl's rotation only knows what this process saved."""
+    kept = _resumed_save(RayPPOTrainer, tmp_path, 2)
+    assert kept == ["global_step_1", "global_step_2", "global_step_3"]
+
+
+def test_a_half_deleted_checkpoint_is_out_of_sight_and_cleared_next_time(tmp_path: Path) -> None:
+    (tmp_path / f"{recipe.DELETING_PREFIX}global_step_7/actor").mkdir(parents=True)
+    for name in ("global_step_8", "global_step_9", "global_step_x"):
+        (tmp_path / name).mkdir()
+    assert recipe.prune_checkpoints(str(tmp_path), keep=1) == ["global_step_8"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_9", "global_step_x"]
+
+
+@pytest.mark.parametrize(("setting", "epochs", "planned"), [(5, 2, 5), (50, 2, 8), (3, 1, 3)])
+def test_fit_writes_the_steps_verl_will_train(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: int, epochs: int, planned: int
+) -> None:
+    """verl stops at total_training_steps or at the end of the epochs (4 batches each here),
+    whichever comes first: a plan of more steps would call every finished run cut short."""
+    from rlvr.report.run_plan import read_run_plan
+
+    monkeypatch.setattr(RayPPOTrainer, "fit", lambda self: None)
+    trainer: Any = recipe.RecipeTrainer.__new__(recipe.RecipeTrainer)
+    trainer.config = OmegaConf.create(
+        {"paths": {"metrics": str(tmp_path / "new_run/metrics.jsonl")},  # not made yet
+         "trainer": {"total_epochs": epochs, "experiment_name": "x",
+                     "default_local_dir": str(tmp_path)}}
+    )  # fmt: skip
+    trainer.total_training_steps, trainer.train_dataloader = setting, [0, 1, 2, 3]
+    trainer.fit()
+    plan, note = read_run_plan(tmp_path / "new_run")
+    assert note is None and plan is not None and plan.total_training_steps == planned
+
+
+def _worker_disk_full() -> BaseException:
+    """A real ENOSPC (a write to /dev/full), wrapped as Ray hands a worker's error back."""
+    from ray.exceptions import RayTaskError
+
+    try:
+        with open("/dev/full", "w") as full:
+            full.write("checkpoint shard")
+    except OSError as exc:
+        return RayTaskError("save_checkpoint", "".join(traceback.format_exception(exc)), exc)
+    raise AssertionError("/dev/full took the write")
+
+
+def test_a_full_disk_during_training_is_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:
+    config = compose(
+        "countdown_cpu",
+        [f"trainer.default_local_dir={tmp_path}", f"actor_rollout_ref.model.path={tiny_model_dir}"],
+    )
+    line = entry_point.disk_full_line(config, _worker_disk_full())
+    assert line is not None and line.startswith(f"disk full writing {tmp_path}: needs about ")
+    assert "\n" not in line
+    assert entry_point.disk_full_line(config, RuntimeError("worker died")) is None  # control

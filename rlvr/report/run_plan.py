@@ -52,6 +52,7 @@ def write_run_plan(
     except ValidationError as exc:
         raise ValueError(f"run plan: {_problem(exc)}") from None
     path = Path(folder) / PLAN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)  # a new run's folder: nothing logged yet
     write_text_atomic(path, plan.model_dump_json(indent=2) + "\n")
     return path
 

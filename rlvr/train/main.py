@@ -12,30 +12,59 @@ rather than in the Ray actor.
 
 from __future__ import annotations
 
-import os
+import signal
+import sys
 from typing import Any
 
 import hydra
 import ray
-from omegaconf import OmegaConf
 from verl.trainer.main_ppo import run_ppo
 
-from rlvr.train.trainer import METRICS_PATH_KEY, RecipeTaskRunner
+from rlvr.common.disk_full import DISK_FULL_EXIT, disk_full_message, disk_full_of
+from rlvr.common.supervision import stop_with_parent
+from rlvr.train.checkpoint_budget import checkpoint_bytes, model_size
+from rlvr.train.trainer import RecipeTaskRunner, run_folder
 
 
 @hydra.main(config_path=None, config_name=None, version_base=None)
 def main(config: Any) -> None:
-    # As verl's main_ppo: the TaskRunner asks for one CPU ("make sure main_task is not scheduled
-    # on head", its comment says).
-    run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(RecipeTaskRunner))
+    # Stopped by the launcher's supervisor, or by the kernel when that supervisor dies: exit
+    # through SystemExit, so that atexit's ray.shutdown() stops the Ray this driver started.
+    stop_with_parent()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda received, _: sys.exit(128 + received))
+    try:
+        # As verl's main_ppo: the TaskRunner asks for one CPU ("make sure main_task is not
+        # scheduled on head", its comment says).
+        run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(RecipeTaskRunner))
+    except Exception as exc:
+        full = disk_full_line(config, exc)
+        if full is None:
+            raise
+        print(f"error: {full}", file=sys.stderr, flush=True)
+        raise SystemExit(DISK_FULL_EXIT) from None
     write_run_report(run_dir(config))
 
 
 def run_dir(config: Any) -> str:
     """The run's folder: where ``paths.metrics`` is (the checkpoints' folder, or a sweep's
     point), else ``trainer.default_local_dir``."""
-    metrics = OmegaConf.select(config, METRICS_PATH_KEY, default=None)
-    return os.path.dirname(str(metrics)) if metrics else str(config.trainer.default_local_dir)
+    return run_folder(config) or str(config.trainer.default_local_dir)
+
+
+def disk_full_line(config: Any, exc: BaseException) -> str | None:
+    """A full disk anywhere in the run (a worker's checkpoint shard arrives wrapped in Ray's
+    errors, with the worker's traceback as text) as one line naming the checkpoint folder and
+    one checkpoint's size; None for any other failure."""
+    folder = str(config.trainer.default_local_dir)
+    if disk_full_of(exc, path=folder) is None:
+        return None
+    try:
+        size = model_size(config)
+        needed = checkpoint_bytes(config, size)[0] if size is not None else None
+    except Exception:  # the estimate is a courtesy: the line must come out regardless
+        needed = None
+    return disk_full_message(folder, needed)
 
 
 def write_run_report(folder: str) -> None:
@@ -50,6 +79,7 @@ def write_run_report(folder: str) -> None:
         return
     fired = ", ".join(alarm.key for alarm in report.fired) or "none"
     print(f"rlvr: run report {report.path} (alarms fired: {fired})", flush=True)
+    print(f"rlvr: run status: {report.records.status}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,23 @@ verl's code: each override calls verl's method and adds what the recipes need ar
 - finishes wandb when training returns: verl 0.6.1 calls ``wandb.finish()`` only in its tracker's
   ``__del__``, which need not run before Ray ends the actor, so the last steps were lost.
 
-``RecipeTrainer._dump_generations`` keeps verl's rollout dumps bounded (``rollout_dumps`` in
-configs/grpo.yaml): verl writes a file per step and never deletes one.
+``RecipeTrainer`` (verl's ``RayPPOTrainer``):
+- ``fit`` first writes ``run_plan.json`` (the steps it will train) beside the metrics, so that the
+  report can tell a finished run from one stopped early (``rlvr.report.run_plan``);
+- ``_save_checkpoint`` then deletes the oldest ``global_step_N`` beyond
+  ``trainer.max_actor_ckpt_to_keep``: verl's rotation only knows the checkpoints saved since the
+  process started (its ``previous_saved_paths`` starts empty), so after a resume the ones saved
+  before it were kept for ever and the disk budget pre-flight promised no longer held;
+- ``_dump_generations`` keeps verl's rollout dumps bounded (``rollout_dumps`` in
+  configs/grpo.yaml): verl writes a file per step and never deletes one.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -26,9 +35,11 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from rlvr.common.verl_guards import require_parameters
+from rlvr.report.run_plan import write_run_plan
 from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, plain, verl_as_the_recipes_run_it
 
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets VERL_FILE_LOGGER_PATH
+DELETING_PREFIX = ".deleting-"  # a checkpoint being deleted, renamed out of verl's sight
 DUMP_GENERATIONS_PARAMS = (
     "self",
     "inputs",
@@ -41,7 +52,34 @@ DUMP_GENERATIONS_PARAMS = (
 
 
 class RecipeTrainer(RayPPOTrainer):
-    """verl's trainer, with its rollout dumps bounded."""
+    """verl's trainer, with a run plan, checkpoints bounded across resumes and rollout dumps
+    bounded (see the module docstring)."""
+
+    def fit(self) -> None:
+        folder = run_folder(self.config)
+        if folder is not None:
+            # verl stops at total_training_steps or when the epochs run out, whichever is first
+            epochs = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+            steps = min(int(self.total_training_steps), epochs)
+            write_run_plan(
+                folder,
+                steps,
+                self.config.trainer.get("experiment_name"),
+                checkpoints=self.config.trainer.default_local_dir,
+            )
+        super().fit()
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        keep = self.config.trainer.get("max_actor_ckpt_to_keep")
+        if keep is not None and int(keep) > 0:
+            removed = prune_checkpoints(self.config.trainer.default_local_dir, int(keep))
+            if removed:
+                print(
+                    f"rlvr: max_actor_ckpt_to_keep={keep}: removed {', '.join(removed)}"
+                    " (saved before this process; verl's rotation does not know them)",
+                    flush=True,
+                )
 
     def _dump_generations(
         self,
@@ -65,10 +103,11 @@ class RecipeTrainer(RayPPOTrainer):
 
 
 def check_verl() -> None:
-    """Refuse a verl whose ``_dump_generations`` is not the one ``RecipeTrainer`` overrides."""
-    require_parameters(
-        RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner="rlvr/train/trainer.py"
-    )
+    """Refuse a verl whose methods ``RecipeTrainer`` overrides take other parameters."""
+    owner = "rlvr/train/trainer.py"
+    require_parameters(RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner=owner)
+    require_parameters(RayPPOTrainer._save_checkpoint, ("self",), owner=owner)
+    require_parameters(RayPPOTrainer.fit, ("self",), owner=owner)
 
 
 check_verl()
@@ -117,6 +156,33 @@ def prune_step_files(folder: str, keep_last: int, keep_every: int) -> list[str]:
         os.remove(os.path.join(folder, f"{step}.jsonl"))
         deleted.append(f"{step}.jsonl")
     return deleted
+
+
+def prune_checkpoints(folder: str, keep: int) -> list[str]:
+    """Delete the oldest ``global_step_N`` folders in ``folder`` beyond the newest ``keep``;
+    returns their names. Each is renamed away first (one atomic step), so a kill mid-delete
+    leaves no half checkpoint under a checkpoint's name; leftovers of that are removed too."""
+    root = Path(folder)
+    for stale in root.glob(f"{DELETING_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    steps = sorted(
+        int(path.name.removeprefix("global_step_"))
+        for path in root.glob("global_step_*")
+        if path.is_dir() and path.name.removeprefix("global_step_").isdigit()
+    )
+    removed = []
+    for step in steps[: max(len(steps) - keep, 0)]:
+        doomed = root / f"{DELETING_PREFIX}global_step_{step}"
+        os.rename(root / f"global_step_{step}", doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(f"global_step_{step}")
+    return removed
+
+
+def run_folder(config: Any) -> str | None:
+    """The run's folder, where ``paths.metrics`` is (None without one)."""
+    metrics = OmegaConf.select(config, METRICS_PATH_KEY, default=None)
+    return os.path.dirname(str(metrics)) if metrics else None
 
 
 def set_metrics_path(config: Any) -> str | None:
