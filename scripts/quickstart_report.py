@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from rlvr.common.cli import docstring_parser
+from rlvr.common.disk_full import report_disk_full
 from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
@@ -146,6 +147,13 @@ def run_alarms(run: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return write_report(args)
+    except Exception as exc:  # a full disk is one line (exit 1); anything else is a bug
+        return report_disk_full(exc)
+
+
+def write_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         deltas = {

@@ -20,6 +20,7 @@ import sys
 import time
 
 from rlvr.common.cli import docstring_parser
+from rlvr.common.disk_full import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.report import NotYetError, Report, ReportError, build
 from rlvr.report.records import RolloutCache
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as exc:
         print(f"error: report: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a full disk is one line (exit 1); anything else is a bug
+        return report_disk_full(exc)
     return 0
 
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from rlvr.common.cli import docstring_parser
+from rlvr.common.disk_full import report_disk_full
 from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
 from rlvr.sweep.folder import load_sweep
 from rlvr.sweep.grid import SweepError, SweepSpec, parse_grid
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk is one line (exit 1); anything else is a bug
+        return report_disk_full(exc)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
         print(

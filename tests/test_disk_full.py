@@ -90,8 +90,7 @@ CASES = [
          ("{py}", "-c", WRITE.format("write_json_atomic(Path('{disk}/filler'), ['x'] * 9_000)")),
          "{disk}/filler", seed="{filled}"),
     Case("report.py", "4k", ("{py}", "scripts/report.py", "tests/data/report/countdown_run",
-                             "--out", "{disk}/report"), "{disk}/report/", need="more than the",
-         pending="scripts/report.py does not catch DiskFullError yet (its owner adds it)"),
+                             "--out", "{disk}/report"), "{disk}/report/", need="more than the"),
     # ---- models: written in a staging folder beside --out, swapped in whole
     Case("build_model tiny", "64k", ("{py}", "scripts/build_model.py", "tiny", "--out",
                                      "{disk}/model"), "{disk}/model", need="more than the"),
