@@ -41,6 +41,28 @@ cd "$ROOT"
 PY=(uv run --no-sync python)
 START=$SECONDS
 
+# Ctrl-C, SIGTERM and SIGHUP stop the quickstart within seconds, whatever stage runs. Each stage
+# runs in the background and is waited for: a trapped signal interrupts `wait` at once (a
+# foreground command would run to its end first), and the trap sends SIGTERM to the stage (a
+# script's background commands ignore SIGINT). The long stages run under `timeout`, which passes
+# the signal to all of the stage's processes; the GRPO launcher then stops its whole run.
+STAGE_PID=""
+exec 3>&2  # this script's stderr, for the trap: it may run inside a stage redirected to a log
+stop() {  # SIGNAL
+    if [[ -n "$STAGE_PID" ]]; then kill -TERM "$STAGE_PID" 2>/dev/null || true; wait "$STAGE_PID" || true; fi
+    echo "quickstart: SIG$1: stopped the running stage; outputs so far are in $OUT" >&3
+    exit $((128 + $(kill -l "$1")))
+}
+for name in INT TERM HUP; do trap "stop $name" "$name"; done
+stage() {  # COMMAND...: run it as a stage (see above); its exit status is the stage's
+    "$@" &
+    STAGE_PID=$!
+    local status=0
+    wait "$STAGE_PID" || status=$?
+    STAGE_PID=""
+    return "$status"
+}
+
 GPUS=$("${PY[@]}" -c "import torch; print(torch.cuda.device_count())")
 if [[ "$GPUS" -gt 0 ]]; then
     echo "== $GPUS GPU(s) found: running the real recipe (countdown_qwen3_4b)"
@@ -78,25 +100,25 @@ EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "
     --batch_size 64 --experiment "$CONFIG" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --seed 0)
 probe() {  # MODEL_DIR NAME: the signal probe (sampled, as GRPO samples), its verdict printed
-    "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" > "$OUT/probe_$2.md"
+    stage "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" > "$OUT/probe_$2.md"
     grep -E "^\| (format rate|accuracy \(success rate\)|prompts with nonzero variance) \||^\*\*Verdict" \
         "$OUT/probe_$2.md" | sed 's/^/  /'
 }
 
 mkdir -p "$OUT"  # only now: every check above has passed
 echo "== 1/7 data: generated Countdown tasks with SFT columns -> $DATA"
-"${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
+stage "${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
     --train_size 1024 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"
 head -4 "$OUT/data_prep.log"
 
 echo "== 2/7 model: $MODEL"
-"${PY[@]}" scripts/build_model.py "$MODEL"
+stage "${PY[@]}" scripts/build_model.py "$MODEL"
 
 echo "== 3/7 base model: signal probe ($EVAL_PROMPTS held-out prompts x $SAMPLES samples at temperature $TEMPERATURE)"
 probe "$BASE_MODEL_DIR" base
 
 echo "== 4/7 SFT warm start: verl's SFT trainer on $SFT_ROWS known solutions (log: $OUT/sft.log)"
-timeout 1800 bash scripts/launch_sft.sh "$CONFIG" trainer.experiment_name="$RUN" \
+stage timeout 1800 bash scripts/launch_sft.sh "$CONFIG" trainer.experiment_name="$RUN" \
     data.train_max_samples="$SFT_ROWS" model.partial_pretrain="$ROOT/$BASE_MODEL_DIR" \
     trainer.resume_mode=disable paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" \
     > "$OUT/sft.log" 2>&1 \
@@ -108,11 +130,11 @@ echo "  SFT model: $SFT_MODEL"
 
 echo "== 5/7 SFT model: signal probe (the same prompts, sampling and seed), greedy eval"
 probe "$SFT_MODEL" sft
-"${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /dev/null
+stage "${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /dev/null
 
 echo "== 6/7 GRPO from the SFT model: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
 rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
-timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
+stage timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
     actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \
@@ -122,11 +144,11 @@ grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" \
     | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
 
 echo "== 7/7 GRPO model: eval (the same prompts, sampling and seed), report: $CHECKPOINT"
-"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo_sampled" "${SAMPLED[@]}" > /dev/null
-"${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo" reward > /dev/null
+stage "${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo_sampled" "${SAMPLED[@]}" > /dev/null
+stage "${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo" reward > /dev/null
 echo
 echo "Quickstart report ($MODEL, SFT then $CONFIG, $STEPS GRPO step(s), $((SECONDS - START)) s)"
-"${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
+stage "${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
     --greedy "$OUT/eval_sft" "$OUT/eval_grpo" \
     --sampled "$OUT/eval_sft_sampled" "$OUT/eval_grpo_sampled" --base "$OUT/eval_base_sampled" \
     --metrics "$METRICS" --run "$OUT/checkpoints/$RUN" --probe "$OUT/eval_sft_sampled" \

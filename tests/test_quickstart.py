@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -54,6 +55,33 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
     png = out / "reward_curve.png"
     assert report["reward_curve"] == str(png) and f"reward curve: {png}" in output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.no_cuda
+def test_ctrl_c_stops_the_quickstart_during_training(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the foreground process group) once GRPO has logged a
+    step: the quickstart stops within seconds, exits 130 and leaves no process. Before, the
+    training ran under `timeout` in a process group of its own, out of Ctrl-C's reach: it
+    trained on, and the evals and the report ran after it (exit 0 after 145 s)."""
+    from run_watch import Watched
+
+    env = {**os.environ, "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
+    out = tmp_path / "qs"
+    cmd = ["bash", "scripts/quickstart.sh", "--model", "tiny", "--steps", "300", "--out", str(out)]
+    run = Watched(cmd, env, tmp_path / "quickstart.log")
+    metrics = out / "checkpoints/quickstart_tiny/metrics.jsonl"
+    run.wait_for(
+        lambda: metrics.is_file() and '"step": 1' in metrics.read_text(), 900, "GRPO step 1"
+    )
+    run.signal_group(signal.SIGINT)
+    code, seconds = run.ended(timeout_s=60)
+    left = run.left(within_s=15)
+    assert left == [], f"left behind: {left}"
+    assert (code, seconds < 30) == (130, True), run.output()[-3000:]
+    last = run.output().strip().splitlines()[-1]
+    assert last.startswith("quickstart: SIGINT: stopped the running stage"), last
+    assert not (out / "eval_grpo").exists()  # nothing after the training stage ran
 
 
 def _quickstart(*args: str) -> subprocess.CompletedProcess[str]:

@@ -160,7 +160,11 @@ def test_eval_cli_reads_the_checkpoint(workdir: Path, first_run: str) -> None:
 
 
 def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> None:
+    metrics = workdir / "checkpoints/e2e/metrics.jsonl"
+    with metrics.open("a") as handle:  # a run killed while writing its next line
+        handle.write('{"step": 3, "data": {"actor/entro')
     output = _launch(workdir, ray_tmp, steps=3)
+    assert f"dropped a torn last line (33 bytes) of {metrics}" in output
     assert "Load from checkpoint folder" in output and "global_step_2" in output
     assert re.search(r"step:3 - .*actor/entropy", output)
     # steps 1 and 2 are not trained again (a validation line at step 2 is expected on resume)
@@ -176,6 +180,7 @@ def test_resume_runs_step_three(workdir: Path, ray_tmp: str, first_run: str) -> 
     assert "max_actor_ckpt_to_keep=2: removed global_step_1" in output
     # the report knows the run's plan: the resumed run planned 3 steps and logged them all
     assert "rlvr: run status: complete: 3 of 3 steps logged" in output
+    assert "**Status: complete: 3 of 3 steps logged" in (metrics.parent / "report.md").read_text()
 
 
 def _records(run_file: Path) -> tuple[list[dict], set[str]]:
