@@ -308,3 +308,59 @@ def test_translation_names_the_outer_path_and_passes_other_errors(tmp_path: Path
     assert disk_full_of(ValueError("x")) is None
     named = disk_full_of(OSError(errno.ENOSPC, "No space left on device", "/data/f"))
     assert named is not None and str(named.path) == "/data/f"
+
+
+# Train on the tiny model with the run folder on the tmpfs; once step 1 is logged, fill the disk
+# (leaving 100 kB) so that the next checkpoint cannot be written. $1: the mount, $2...: launcher.
+FILL_AFTER_STEP_1 = """
+mount=$1; shift
+"$@" &
+launcher=$!
+until grep -qs '"step": 1' "$mount"/run/metrics.jsonl; do
+    kill -0 "$launcher" 2>/dev/null || break; sleep 0.2
+done
+free=$(df --output=avail -B1 "$mount" | tail -1)
+dd if=/dev/zero of="$mount/filler" bs=4096 count=$(( (free - 100000) / 4096 )) 2>/dev/null
+wait "$launcher"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.no_cuda
+def test_a_disk_that_fills_during_training_is_one_line(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A checkpoint shard a Ray worker cannot write reaches the driver wrapped in Ray's errors:
+    the run ends with one line naming the checkpoint folder and one checkpoint's size, exit 1
+    (before: Ray's RayTaskError traceback, exit 1)."""
+    from conftest import cpu_launch
+
+    from rlvr.tasks.countdown import prepare
+
+    prepare("generate", str(tmp_path / "data/countdown"), train_size=32, test_size=8, seed=0)
+    mount = tmp_path / "disk"
+    cmd, env = cpu_launch(tmp_path, "run")
+    cmd = [
+        arg for arg in cmd if not arg.startswith(("paths.checkpoints=", "actor_rollout_ref.model"))
+    ]
+    cmd += [
+        f"paths.checkpoints={mount}",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        "trainer.test_freq=10",
+    ]
+    done = run_on_full_disk(
+        mount, "16m", ["bash", "-c", FILL_AFTER_STEP_1, "bash", str(mount), *cmd], env=env,
+        timeout=900,
+    )  # fmt: skip
+    output = done.stdout + done.stderr  # the launcher tees the driver's two streams as one
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1, output[-3000:]
+    assert len(errors) == 1, output[-3000:]
+    assert re.fullmatch(
+        rf"error: disk full writing {mount}/run: needs about [0-9.]+ [kMG]B, [0-9.]+ k?B free"
+        r" on that filesystem \(free space, then rerun\)",
+        errors[0],
+    ), errors[0]
+    assert "Traceback" not in output.split(errors[0])[1]  # nothing after the line but the merge

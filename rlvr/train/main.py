@@ -41,6 +41,7 @@ def main(config: Any) -> None:
         full = disk_full_line(config, exc)
         if full is None:
             raise
+        ray.shutdown()  # the workers' last log lines first, so that this line ends the output
         print(f"error: {full}", file=sys.stderr, flush=True)
         raise SystemExit(DISK_FULL_EXIT) from None
     write_run_report(run_dir(config))
