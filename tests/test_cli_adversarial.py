@@ -4,8 +4,8 @@ unchanged (docs/ERRORS.md lists what each command refuses).
 
 Python CLIs run in-process (their ``main``); the shell scripts run as subprocesses behind a stub
 ``uv``/``python``/``ray`` (``_shims``): ``launch_grpo.sh`` runs its real pre-flight, and anything
-past it (the supervisor, verl, Ray, a LoRA merge) only leaves a marker, so no row can start Ray or training even
-if its bad input slips through.
+past it (the supervisor, verl, Ray, a LoRA merge) only leaves a marker, so no row can start Ray
+or training even if its bad input slips through.
 """
 
 from __future__ import annotations

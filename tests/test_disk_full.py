@@ -193,15 +193,18 @@ def shared(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Pl
     return places
 
 
+MODEL_ROWS = {"eval reward", "merge_lora", "build_model tiny", "build_model --force over a model"}
+
+
+def _marks(case: Case) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.xfail(reason=case.pending, strict=True)] if case.pending else []
+    if case.name in MODEL_ROWS:  # rows that load a model take 3-5 s each: the slow tier (in CI)
+        marks.append(pytest.mark.slow)
+    return marks
+
+
 def _params() -> list[object]:
-    return [
-        pytest.param(
-            case,
-            id=case.name,
-            marks=[pytest.mark.xfail(reason=case.pending, strict=True)] if case.pending else [],
-        )
-        for case in CASES
-    ]
+    return [pytest.param(case, id=case.name, marks=_marks(case)) for case in CASES]
 
 
 @pytest.mark.parametrize("case", _params())

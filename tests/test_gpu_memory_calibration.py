@@ -36,6 +36,7 @@ def dry_run(modules, tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # builds each architecture small (12 s): the fast tier keeps the math tests
 def test_dry_run_measures_every_phase(dry_run: dict) -> None:
     assert dry_run["complete"] is True
     assert dry_run["setup"]["dry_run"] is True and dry_run["setup"]["wrap"].startswith("FSDP2")
@@ -55,6 +56,7 @@ def test_dry_run_measures_every_phase(dry_run: dict) -> None:
         assert entry["per_token"]["logits_bytes_per_token"] == 2 * 512
 
 
+@pytest.mark.slow
 def test_dry_run_lora_trains_only_the_adapters(dry_run: dict) -> None:
     lora = dry_run["lora"]
     arch = miniature(ARCHITECTURES["qwen3-4b-instruct-2507"])

@@ -105,7 +105,7 @@ class _Statvfs:
 
 
 def _fake_disk(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
-    monkeypatch.setattr("rlvr.train.checkpoint_budget.os.statvfs", lambda _path: _Statvfs(free))
+    monkeypatch.setattr("rlvr.common.disk_full.os.statvfs", lambda _path: _Statvfs(free))
 
 
 # countdown_cpu (8 train rows, batch 2) saving every step of 4 with 2 kept, and a declared
