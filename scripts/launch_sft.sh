@@ -26,7 +26,10 @@ if [[ "$DEVICE" == cpu ]]; then
     # instead of every step page-faulting its activations in again (a third of the time).
     export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736}"
 fi
-"$PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="$NPROC" \
+# torchrun as a stage (scripts/stages.sh): Ctrl-C, SIGTERM or SIGHUP stop it and its workers.
+source scripts/stages.sh
+stop_on_signals launch_sft.sh
+stage "$PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="$NPROC" \
     -m rlvr.train.sft --config-path="$ROOT/configs/sft" --config-name="$EXPERIMENT" \
     paths.root="$ROOT" "$@"
 "$PYTHON" -m rlvr.train.sft_config "$EXPERIMENT" "$@" --model

@@ -41,27 +41,12 @@ cd "$ROOT"
 PY=(uv run --no-sync python)
 START=$SECONDS
 
-# Ctrl-C, SIGTERM and SIGHUP stop the quickstart within seconds, whatever stage runs. Each stage
-# runs in the background and is waited for: a trapped signal interrupts `wait` at once (a
-# foreground command would run to its end first), and the trap sends SIGTERM to the stage (a
-# script's background commands ignore SIGINT). The long stages run under `timeout`, which passes
-# the signal to all of the stage's processes; the GRPO launcher then stops its whole run.
-STAGE_PID=""
-exec 3>&2  # this script's stderr, for the trap: it may run inside a stage redirected to a log
-stop() {  # SIGNAL
-    if [[ -n "$STAGE_PID" ]]; then kill -TERM "$STAGE_PID" 2>/dev/null || true; wait "$STAGE_PID" || true; fi
-    echo "quickstart: SIG$1: stopped the running stage; outputs so far are in $OUT" >&3
-    exit $((128 + $(kill -l "$1")))
-}
-for name in INT TERM HUP; do trap "stop $name" "$name"; done
-stage() {  # COMMAND...: run it as a stage (see above); its exit status is the stage's
-    "$@" &
-    STAGE_PID=$!
-    local status=0
-    wait "$STAGE_PID" || status=$?
-    STAGE_PID=""
-    return "$status"
-}
+# Ctrl-C, SIGTERM and SIGHUP stop the quickstart within seconds, whatever stage runs: each stage
+# runs through `stage` (scripts/stages.sh); the long ones under `timeout`, which passes the
+# signal to all of the stage's processes (the GRPO launcher then stops its whole run).
+source scripts/stages.sh
+stop_on_signals quickstart
+STOP_NOTE="outputs so far are in $OUT"
 
 GPUS=$("${PY[@]}" -c "import torch; print(torch.cuda.device_count())")
 if [[ "$GPUS" -gt 0 ]]; then

@@ -21,6 +21,7 @@ for a multi-node experiment, step 1 on its own nodes against one node of the sam
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ from rlvr.common.cli import OneLineParser
 from rlvr.common.messages import first_line
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import reap, stop
+from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
 from rlvr.train import rehearsal_checks as checks
 from rlvr.train.rehearsal_launch import (
     Cluster,
@@ -204,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)  # a previous rehearsal's own folder
     out.mkdir(parents=True)
     (out / "rehearsal.marker").write_text(args.experiment + "\n")
-    return rehearse(plan, args.timeout_s)
+    try:
+        with sigterm_as_interrupt():  # the launch in flight and its Ray are stopped on the way out
+            return rehearse(plan, args.timeout_s)
+    except KeyboardInterrupt as exc:
+        name = signal.Signals(interrupt_signal(exc)).name
+        print(f"rehearse.sh: {name}: stopped the rehearsal and its runs", file=sys.stderr)
+        return 128 + interrupt_signal(exc)
 
 
 if __name__ == "__main__":

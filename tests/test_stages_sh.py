@@ -1,0 +1,74 @@
+"""scripts/stages.sh, as quickstart.sh and launch_sft.sh use it: a stage (here a Python process
+standing in for torchrun or a launcher, which writes its PID and then waits) is stopped within
+seconds by SIGINT to the script's process group (a terminal's Ctrl-C), SIGTERM or SIGHUP to the
+script; the script prints one line and exits 128 + the signal. A foreground command instead
+runs to its end before bash runs any trap (the negative control)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+SCRIPT = """
+source scripts/stages.sh
+stop_on_signals demo
+STOP_NOTE="outputs in /out"
+{run} "$PYTHON" -c "$CHILD" "$PID_FILE" > /dev/null
+echo "after the stage"
+"""
+
+
+def _start(tmp_path: Path, run: str) -> tuple[subprocess.Popen[str], int]:
+    pid_file = tmp_path / "pid"
+    env = {**os.environ, "PYTHON": sys.executable, "CHILD": CHILD, "PID_FILE": str(pid_file)}
+    script = subprocess.Popen(
+        ["bash", "-c", SCRIPT.format(run=run)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline and script.poll() is None
+        time.sleep(0.05)
+    return script, int(pid_file.read_text())
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)],
+    ids=["ctrl-c", "SIGTERM", "SIGHUP"],
+)
+def test_a_signal_stops_the_stage_at_once(tmp_path: Path, signum: int, to_group: bool) -> None:
+    script, child = _start(tmp_path, "stage")
+    start = time.monotonic()
+    (os.killpg if to_group else os.kill)(script.pid, signum)
+    stdout, stderr = script.communicate(timeout=30)
+    assert time.monotonic() - start < 10
+    assert script.returncode == 128 + signum
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
+    name = signal.Signals(signum).name
+    assert stderr.strip() == f"demo: {name}: stopped the running stage; outputs in /out"
+    assert "after the stage" not in stdout
+
+
+def test_negative_control_a_foreground_command_holds_the_trap_back(tmp_path: Path) -> None:
+    script, child = _start(tmp_path, "")
+    os.kill(script.pid, signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):
+        script.communicate(timeout=3)  # bash waits for its foreground child first
+    os.kill(child, signal.SIGKILL)
+    script.communicate(timeout=30)
+    assert script.returncode == 128 + signal.SIGTERM
