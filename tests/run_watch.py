@@ -123,3 +123,19 @@ class Watched:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def start_and_read_pids(
+    cmd: Sequence[str], pid_file: Path, count: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start ``cmd`` in a session of its own (stdout, stderr piped) and wait until it has
+    written ``count`` PIDs to ``pid_file``; fail if it ends first or takes over 60 s."""
+    proc = subprocess.Popen(
+        list(cmd), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and len(pid_file.read_text().split()) == count):
+        assert time.monotonic() < deadline and proc.poll() is None, "no PIDs written"
+        time.sleep(0.05)
+    return proc, [int(pid) for pid in pid_file.read_text().split()]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from run_watch import start_and_read_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
@@ -30,20 +31,8 @@ echo "after the stage"
 def _start(tmp_path: Path, run: str) -> tuple[subprocess.Popen[str], int]:
     pid_file = tmp_path / "pid"
     env = {**os.environ, "PYTHON": sys.executable, "CHILD": CHILD, "PID_FILE": str(pid_file)}
-    script = subprocess.Popen(
-        ["bash", "-c", SCRIPT.format(run=run)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text()):
-        assert time.monotonic() < deadline and script.poll() is None
-        time.sleep(0.05)
-    return script, int(pid_file.read_text())
+    script, (child,) = start_and_read_pids(["bash", "-c", SCRIPT.format(run=run)], pid_file, 1, env)
+    return script, child
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from run_watch import start_and_read_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,19 +45,7 @@ sys.exit(done.returncode)
 def _start(tmp_path: Path, ending: str) -> tuple[subprocess.Popen[str], list[int]]:
     marker, pids = str(tmp_path / "run-marker"), tmp_path / "pids"
     driver = [sys.executable, "-c", DRIVER, marker, str(pids), ending]
-    supervisor = subprocess.Popen(
-        [sys.executable, "-c", SUPERVISOR, *driver],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while not (pids.exists() and len(pids.read_text().split()) == 2):
-        assert time.monotonic() < deadline, "the driver never started"
-        time.sleep(0.1)
-    return supervisor, [int(pid) for pid in pids.read_text().split()]
+    return start_and_read_pids([sys.executable, "-c", SUPERVISOR, *driver], pids, 2)
 
 
 def _left(pids: list[int], within_s: float = 10.0) -> list[int]:
