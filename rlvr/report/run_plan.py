@@ -6,7 +6,8 @@ last step ``metrics.jsonl`` logged and with verl's checkpoint tracker
 (``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``, written by
 ``RayPPOTrainer._save_checkpoint``), so that a run killed early, or one whose metrics lost lines,
 is never reported as a finished one. The status is the run's state, not its health: it is no
-alarm.
+alarm. The plan may also name the run's model, task and answer protocol (``model``, ``task``,
+``answer_protocol``), which the report matches against published results (``rlvr.report.bands``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ class RunPlan(BaseModel):
     #: ``trainer.default_local_dir`` (absolute) where it is not the run folder (a sweep's point
     #: keeps its checkpoints in ``<point>/checkpoints``): where the tracker is read.
     checkpoints: str | None = None
+    #: What the report matches against published results (``rlvr.report.bands``): the model the
+    #: run starts from (``actor_rollout_ref.model.path``), the task, and the protocol id (in
+    #: rlvr/report/reference_bands.yaml) of the reward that reads the answers. Optional: plans
+    #: written before them, or by a trainer that does not know them, stay valid.
+    model: str | None = None
+    task: str | None = None
+    answer_protocol: str | None = None
+
+
+#: Left out of the file when None, so that a plan without them is written as it always was.
+OPTIONAL_FIELDS = ("model", "task", "answer_protocol")
 
 
 def write_run_plan(
@@ -41,19 +53,29 @@ def write_run_plan(
     total_training_steps: int,
     experiment: str | None,
     checkpoints: str | os.PathLike[str] | None = None,
+    *,
+    model: str | None = None,
+    task: str | None = None,
+    answer_protocol: str | None = None,
 ) -> Path:
     """Write ``folder/run_plan.json`` whole (staged and renamed); returns its path. Raises
     ValueError on a step count that is not a positive integer."""
     where = os.path.abspath(checkpoints) if checkpoints is not None else None
     try:
         plan = RunPlan(
-            total_training_steps=total_training_steps, experiment=experiment, checkpoints=where
+            total_training_steps=total_training_steps,
+            experiment=experiment,
+            checkpoints=where,
+            model=model,
+            task=task,
+            answer_protocol=answer_protocol,
         )
     except ValidationError as exc:
-        raise ValueError(f"run plan: {_problem(exc)}") from None
+        raise ValueError(f"run plan: {validation_problem(exc)}") from None
     path = Path(folder) / PLAN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)  # a new run's folder: nothing logged yet
-    write_text_atomic(path, plan.model_dump_json(indent=2) + "\n")
+    unset = {name for name in OPTIONAL_FIELDS if getattr(plan, name) is None}
+    write_text_atomic(path, plan.model_dump_json(indent=2, exclude=unset) + "\n")
     return path
 
 
@@ -66,7 +88,10 @@ def read_run_plan(folder: str | os.PathLike[str]) -> tuple[RunPlan | None, str |
     except FileNotFoundError:
         return None, None
     except ValidationError as exc:
-        return None, f"{PLAN_FILE}: not read ({_problem(exc)}); the run's length is unknown"
+        return (
+            None,
+            f"{PLAN_FILE}: not read ({validation_problem(exc)}); the run's length is unknown",
+        )
     except OSError as exc:
         return None, f"{PLAN_FILE}: not read ({type(exc).__name__}); the run's length is unknown"
 
@@ -116,7 +141,8 @@ def run_status(folder: Path, training_steps: Sequence[int]) -> tuple[str, list[s
     return f"complete: {planned} of {planned} steps logged", notes
 
 
-def _problem(exc: ValidationError) -> str:
+def validation_problem(exc: ValidationError) -> str:
+    """The first error of ``exc`` on one line: 'key.path: message'."""
     error = exc.errors()[0]
     key = ".".join(str(part) for part in error["loc"])
     return f"{key}: {error['msg']}" if key else error["msg"]
