@@ -7,9 +7,11 @@ metrics.jsonl and, when trainer.rollout_data_dir is set (configs/grpo.yaml), rol
 Writes RUN/report.md (or DIR/report.md) and one PNG per signal: reward, entropy, length, clip,
 kl, grad_norm, groups. Prints the run's status (complete, stopped early, metrics lines missing,
 length unknown: RUN/run_plan.json against the steps logged), a "note: ..." line per thing skipped
-while reading, and each fired alarm on one line. Alarms, thresholds and advice:
-docs/REPORT.md. With --follow, re-reads the run and rewrites the report every S seconds (it waits
-for a run that has logged nothing yet) until Ctrl-C, which exits 0 leaving the last report whole.
+while reading, a "reference: ..." line per published result the run matches (on track, behind,
+ahead, or why no verdict; docs/REFERENCE_BANDS.md), and each fired alarm on one line. Alarms,
+thresholds and advice: docs/REPORT.md. With --follow, re-reads the run and rewrites the report
+every S seconds (it waits for a run that has logged nothing yet) until Ctrl-C, which exits 0
+leaving the last report whole.
 Bad input (no such folder, no metrics.jsonl, an empty or unreadable one): one line, exit code 2.
 """
 
@@ -23,6 +25,7 @@ from rlvr.common.cli import docstring_parser
 from rlvr.common.disk_full import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.report import NotYetError, Report, ReportError, build
+from rlvr.report.bands import reference_lines
 from rlvr.report.records import RolloutCache
 from rlvr.tasks.spec import TaskError, TaskSpec
 
@@ -55,6 +58,7 @@ def _summary(report: Report) -> str:
     if report.records.status:
         lines.append(f"status: {report.records.status}")
     lines += [f"note: {note}" for note in report.records.notes]
+    lines += [f"reference: {line}" for line in reference_lines(report.records)]
     lines += [f"  ALARM {alarm.title}: steps {list(alarm.steps)}" for alarm in fired]
     return "\n".join(lines)
 

@@ -1,5 +1,6 @@
-"""report.md: what the run logged, each alarm (fired first, with its steps and what to try), a
-table of the key metrics and the figures."""
+"""report.md: what the run logged, each alarm (fired first, with its steps and what to try), how
+the run stands against published results (``rlvr.report.bands``), a table of the key metrics and
+the figures."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from rlvr.report import alarms as checks
 from rlvr.report.alarms import Alarm
+from rlvr.report.bands import reference_lines
 from rlvr.report.metrics_log import step_ranges
 from rlvr.report.records import RunRecords
 
@@ -44,6 +46,8 @@ def render(
     order = {checks.FIRED: 0, checks.OK: 1, checks.NO_DATA: 2}
     for alarm in sorted(alarms, key=lambda alarm: order.get(alarm.status, 3)):
         lines += _alarm_lines(alarm)
+    lines += ["", "## Reference (published results; no alarm)", ""]
+    lines += [f"- {line}" for line in reference_lines(records)]
     lines += ["", "## Key metrics (training steps)", ""]
     lines += _table(records)
     if figures:
