@@ -21,7 +21,7 @@ from rlvr.train.config import (
     validate,
 )
 
-PRESETS = ("dapo", "dr_grpo", "grpo", "reinforce_nanochat", "tuft_is")
+PRESETS = ("dapo", "dr_grpo", "grpo", "gspo", "reinforce_nanochat", "tuft_is")
 # Knobs only some presets set: the dapo manager's settings.
 PRESET_SPECIFIC = {"reward_model.reward_kwargs"}
 
@@ -167,6 +167,79 @@ def test_tuft_is_loss_is_unclipped_importance_sampling() -> None:
     expected = (-(new - old).exp() * advantages).mean()
     assert torch.allclose(loss, expected)
     assert metrics["actor/pg_clipfrac"] == 0 and metrics["actor/pg_clipfrac_lower"] == 0
+
+
+@pytest.mark.parametrize("experiment", experiments())
+def test_gspo(experiment: str) -> None:
+    """The paper's clip range (arXiv 2507.18071, Sec. 5.1) and verl's gspo loss, no KL, on every
+    experiment; one mini batch per step like every preset (the paper's four: the command line)."""
+    config = compose(experiment, ["objective=gspo"])
+    actor = config.actor_rollout_ref.actor
+    assert actor.policy_loss.loss_mode == "gspo"
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (3e-4, 4e-4)
+    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    assert not actor.use_kl_loss and not config.algorithm.use_kl_in_reward
+    assert config.algorithm.norm_adv_by_std_in_grpo
+    assert config.reward_model.reward_manager == "naive"
+
+
+def _gspo_loss(old: Any, new: Any, advantages: Any, mask: Any) -> tuple[Any, dict[str, float]]:
+    """verl's own loss for the preset's loss_mode, with the preset's composed actor config."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    config = compose("countdown_cpu", ["objective=gspo"])
+    OmegaConf.resolve(config)
+    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    return loss_fn(old, new, advantages, mask, actor.loss_agg_mode, actor)
+
+
+def test_gspo_clips_whole_responses_by_their_geometric_mean_ratio() -> None:
+    """s_i = exp(mean of the response's token log-ratios) is clipped to [1 - 3e-4, 1 + 4e-4]:
+    all of a response's tokens are clipped or none, whatever each token's own ratio; the loss is
+    the mean over responses of -min(s_i A_i, clip(s_i) A_i) (the paper's eq. 5)."""
+    import torch
+
+    # token log-ratios; row lengths 3, 2, 3, 1 (mask)
+    log_ratio = torch.tensor(
+        [
+            [1e-3, -5e-4, 2e-4],  # mean 2.3e-4: inside, though the first token alone is not
+            [6e-4, 6e-4, 0.0],  # mean 6e-4 > 4e-4 with A > 0: clipped
+            [-1e-3, 1e-4, -1e-4],  # mean -3.3e-4 < -3e-4 with A < 0: clipped
+            [5e-3, 0.0, 0.0],  # 5e-3 above, but A < 0: the clip does not bind
+        ]
+    )
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    advantages = torch.tensor([[1.0] * 3, [2.0] * 3, [-1.0] * 3, [-0.5] * 3])
+    old = torch.full((4, 3), -2.0)
+    loss, metrics = _gspo_loss(old, old + log_ratio, advantages, mask)
+
+    lengths = mask.sum(-1)
+    s = ((log_ratio * mask).sum(-1) / lengths).exp()
+    a = advantages[:, 0]
+    per_response = torch.maximum(-a * s, -a * s.clamp(1 - 3e-4, 1 + 4e-4))
+    assert torch.allclose(loss, per_response.mean())  # responses weigh alike, not tokens
+    clipped_tokens = lengths[1] + lengths[2]  # rows 2 and 3, all their tokens
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(float(clipped_tokens / lengths.sum()))
+    assert metrics["actor/pg_clipfrac_lower"] == 0
+
+
+def test_gspo_on_policy_gradient_weighs_responses_alike() -> None:
+    """With one mini batch verl passes old = current log probs: s_i = 1 and nothing clips, and
+    each token's gradient is -A_i / (G |y_i|): every response counts once, whatever its length
+    (token-mean would give each token -A_i / tokens)."""
+    import torch
+
+    log_prob = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.5, -2.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1, 1], [1, 0, 0]])
+    advantages = torch.tensor([[1.0] * 3, [-1.0] * 3])
+    loss, metrics = _gspo_loss(log_prob.detach(), log_prob, advantages, mask)
+    loss.backward()
+    assert log_prob.grad is not None
+    expected = -advantages / (2 * mask.sum(-1, keepdim=True)) * mask
+    assert torch.allclose(log_prob.grad, expected)
+    assert metrics["actor/pg_clipfrac"] == 0 and metrics["actor/ppo_kl"] == 0
 
 
 def _batch(tokenizer: Any, responses: list[str], width: int, ground_truth: dict[str, Any]) -> Any:
