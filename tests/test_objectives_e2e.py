@@ -1,6 +1,7 @@
 """Real verl + Ray on CPU with the tiny model, 2 steps, for the presets whose verl code path
 differs most from grpo's: dapo (verl's DAPO reward manager with the overlong penalty, our reward
-called through it) and tuft_is (the vanilla loss with clip ratios that never bind).
+called through it), tuft_is (the vanilla loss with clip ratios that never bind) and gspo (verl's
+sequence-level loss, with the paper's four mini batches so that its tiny clip range can bind).
 
 Slow (about 2.5 minutes a run on 2 cores); CI runs it. Each run has a hard timeout and its own
 Ray temp dir, exactly as tests/test_train_e2e.py launches countdown_cpu.
@@ -19,6 +20,7 @@ from conftest import countdown_workdir, cpu_launch, run_bounded
 
 from rlvr.report.metrics_log import StepRecord, read_steps
 
+ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
 pytestmark = [pytest.mark.slow, pytest.mark.no_cuda]
 
@@ -72,3 +74,36 @@ def test_tuft_is_two_steps(workdir: Path, ray_tmp: str) -> None:
         assert record.metrics["actor/pg_clipfrac"] == 0
         assert record.metrics["actor/pg_clipfrac_lower"] == 0
         assert "actor/kl_loss" not in record.metrics
+
+
+def test_gspo_two_steps(workdir: Path, ray_tmp: str) -> None:
+    """GSPO as its paper trains (arXiv 2507.18071, Sec. 5.1): four mini batches per rollout
+    batch, so the three after the first see a moved policy and the clip range 3e-4 / 4e-4 binds.
+    A reward with spread in every group (tests/learning_reward.py) and a large step make the
+    sequence-level ratios leave that range; with one mini batch they are exactly 1."""
+    output, records = _two_steps(
+        workdir,
+        ray_tmp,
+        "gspo",
+        f"custom_reward_function.path={ROOT}/tests/learning_reward.py",
+        "data.train_batch_size=4",  # the fixture's 8 prompts: one epoch over 2 steps
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",  # prompts: 4 mini batches of 4
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+    )
+    # verl's printed config: the loss mode and the paper's clip range reached the trainer
+    assert "'loss_mode': 'gspo'" in output
+    assert "'clip_ratio_low': 0.0003" in output and "'clip_ratio_high': 0.0004" in output
+    for record in records[1:]:
+        metrics = record.metrics
+        assert metrics["critic/advantages/max"] > 0  # a signal for the loss to clip
+        assert metrics["actor/pg_clipfrac"] > 0  # the off-policy mini batches clip
+        assert metrics["actor/pg_clipfrac_lower"] == 0  # verl's gspo has no dual clip
+        assert "actor/kl_loss" not in metrics  # no KL term
+        if metrics["response_length/min"] == metrics["response_length/max"]:
+            # Equal lengths: the clipped token share (a mean over the 4 mini batches, one micro
+            # batch each) is a whole number of the 16 responses, since a response clips whole;
+            # token-level clipping would land on one about 1 time in 48. (With the seeded
+            # sampling here, step 2's responses all ran to 48 tokens: 7 of 16 clipped.)
+            responses = metrics["actor/pg_clipfrac"] * 16
+            assert responses == pytest.approx(round(responses), abs=1e-6), metrics
