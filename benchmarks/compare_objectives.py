@@ -1,7 +1,7 @@
 """Objective presets on the learnable CPU recipe: the same steps and seeds, one figure, one table.
 
 Usage: uv run --no-sync python benchmarks/compare_objectives.py [--out /tmp/cmp]
-           [--presets grpo,dr_grpo,dapo,reinforce_nanochat,tuft_is] [--seeds 1,2]
+           [--presets grpo,dr_grpo,dapo,gspo,reinforce_nanochat,tuft_is] [--seeds 1,2]
            [--timeout_min 20] [--deadline_min 90] [--analyse_only]
 
 1. Writes the quickstart's generated Countdown data (scripts/quickstart.sh's arguments, 32 test
@@ -30,7 +30,7 @@ from rlvr.common.paths import ROOT
 from rlvr.sweep.runner import checked_points
 
 EXPERIMENT = "countdown_smollm2_cpu"
-PRESETS = "grpo,dr_grpo,dapo,reinforce_nanochat,tuft_is"
+PRESETS = "grpo,dr_grpo,dapo,gspo,reinforce_nanochat,tuft_is"
 # countdown_smollm2_cpu answers in 24 tokens: DAPO's overlong buffer is its last fifth
 # (objective/dapo.yaml's 204 is for the 1024-token GPU budget; pre-flight refuses it here).
 PRESET_OVERRIDES = {"dapo": ["reward_model.reward_kwargs.overlong_buffer_cfg.len=4"]}

@@ -8,6 +8,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,15 +17,22 @@ from rlvr.sweep.folder import STATUS_FILE, RunStatus, run_dir
 from rlvr.sweep.grid import grid_points
 
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks/ is scripts, not a package: load the module by path, registered so that its
-# dataclasses resolve their own module
-_SPEC = importlib.util.spec_from_file_location(
-    "objective_comparison", ROOT / "benchmarks" / "objective_comparison.py"
-)
-assert _SPEC is not None and _SPEC.loader is not None
-compare = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = compare
-_SPEC.loader.exec_module(compare)
+
+
+def _script(name: str) -> Any:
+    """benchmarks/NAME.py: benchmarks/ is scripts, not a package, so load the module by path,
+    registered so that its dataclasses resolve their own module (and compare_objectives finds
+    objective_comparison)."""
+    found = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module
+    found.loader.exec_module(module)
+    return module
+
+
+compare = _script("objective_comparison")
+bench = _script("compare_objectives")
 
 SCORES_BEFORE = {"p1": [0.0, 0.0, 1.0, 1.0], "p2": [0.0, 0.0, 0.0, 0.0], "p3": [1.0, 1.0, 1.0, 0.0]}
 SCORES_AFTER = {"p1": [1.0, 1.0, 1.0, 1.0], "p2": [0.0, 0.0, 0.0, 1.0], "p3": [1.0, 1.0, 1.0, 1.0]}
@@ -146,15 +154,24 @@ def test_dapo_points_get_a_buffer_that_fits_the_cpu_budget() -> None:
     from rlvr.train.config import compose
     from rlvr.train.preflight import _overlong_buffer_problems
 
-    found = importlib.util.spec_from_file_location(
-        "compare_objectives", ROOT / "benchmarks/compare_objectives.py"
-    )
-    assert found is not None and found.loader is not None
-    bench = importlib.util.module_from_spec(found)
-    found.loader.exec_module(bench)
     spec = compare.comparison_spec("t", bench.EXPERIMENT, ["grpo", "dapo"], [1], [])
     grpo, dapo = compare.point_specs(spec, bench.PRESET_OVERRIDES)
     assert not any("overlong" in o for o in grpo.overrides)
     fitted = compose(bench.EXPERIMENT, ["objective=dapo", *dapo.overrides])
     assert _overlong_buffer_problems(fitted) == []
     assert _overlong_buffer_problems(compose(bench.EXPERIMENT, ["objective=dapo"])) != []
+
+
+def test_the_default_comparison_covers_every_preset() -> None:
+    """Every objective preset is compared by default, and each default point passes the checks
+    the benchmark runs before any run (composition, pre-flight's numbers, verl's own)."""
+    from rlvr.sweep.runner import checked_points
+    from rlvr.train.config import objectives
+
+    presets = bench.PRESETS.split(",")
+    assert sorted(presets) == objectives()
+    spec = compare.comparison_spec("t", bench.EXPERIMENT, presets, [1], [])
+    points = [
+        p for one in compare.point_specs(spec, bench.PRESET_OVERRIDES) for p in checked_points(one)
+    ]
+    assert [p.values[compare.OBJECTIVE_AXIS] for p in points] == presets
