@@ -3,6 +3,7 @@ around verl's own methods, and the run report the entry point writes in the driv
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import traceback
@@ -16,6 +17,7 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tracking
 
+from rlvr.report.records import read_rollouts
 from rlvr.train import main as entry_point
 from rlvr.train import trainer as recipe
 from rlvr.train.config import compose
@@ -84,6 +86,55 @@ def test_rollout_dumps_stay_bounded_through_verls_own_dump(tmp_path: Path) -> No
         _dump_nine_steps(RayPPOTrainer, tmp_path / "verl", tmp_path / "verl_val")
 
 
+class _Decoder:
+    def batch_decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
+        return [" ".join(str(int(i)) for i in row if i) for row in ids]
+
+
+def _log_rollout_batch(trainer_class: type, folder: Path) -> list[dict[str, Any]]:
+    """verl's real ``_log_rollout_data`` (through ``trainer_class``) on a batch of three
+    responses of width 4: one filled it (cut at max_response_length), two ended before."""
+    import numpy as np
+    from verl import DataProto
+
+    responses = torch.tensor([[7, 8, 9, 9], [7, 2, 0, 0], [7, 0, 0, 0]])
+    response_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": torch.tensor([[5, 6]] * 3),
+            "responses": responses,
+            "attention_mask": torch.cat([torch.ones(3, 2, dtype=torch.long), response_mask], 1),
+            "token_level_scores": torch.tensor([[0, 0, 0, 0.0], [0, 1.0, 0, 0], [0, 0, 0, 0]]),
+        },
+        non_tensors={"reward_model": np.array([{"ground_truth": "1"}] * 3, dtype=object)},
+    )
+    trainer: Any = trainer_class.__new__(trainer_class)  # no workers: only the dump runs
+    trainer.config = OmegaConf.create({"trainer": {"rollout_data_dir": str(folder)}})
+    trainer.tokenizer, trainer.global_steps = _Decoder(), 3
+    extras = {"acc": [0.0, 1.0, 0.0]}
+    trainer._log_rollout_data(batch, extras, {}, str(folder))
+    assert extras == {"acc": [0.0, 1.0, 0.0]}  # the caller's dict is not changed
+    return [json.loads(line) for line in (folder / "3.jsonl").read_text().splitlines()]
+
+
+def test_rollout_dumps_carry_each_responses_length_and_cut(tmp_path: Path) -> None:
+    """The report's alarm on cut answers needs per-response truncation, which verl's dump lacks
+    (negative control: verl's own trainer writes neither field)."""
+    lines = _log_rollout_batch(recipe.RecipeTrainer, tmp_path / "recipe")
+    assert [(line["response_length"], line["truncated"]) for line in lines] == [
+        (4, True),
+        (2, False),
+        (1, False),
+    ]
+    assert [line["acc"] for line in lines] == [0.0, 1.0, 0.0]
+    assert [line["score"] for line in lines] == [0.0, 1.0, 0.0]
+    plain = _log_rollout_batch(RayPPOTrainer, tmp_path / "verl")
+    assert all("truncated" not in line and "response_length" not in line for line in plain)
+    # the report reads the flag back
+    dumped = read_rollouts(tmp_path / "recipe")[0][3]
+    assert [r.truncated for r in dumped] == [True, False, False]
+
+
 def test_the_task_runner_runs_verls_with_the_recipes_trainer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,13 +164,26 @@ def test_the_task_runner_runs_verls_with_the_recipes_trainer(
     assert seen["estimator"] and seen["metrics"] == str(tmp_path / "m.jsonl")
 
 
-def test_dump_override_refuses_a_changed_verl(monkeypatch: pytest.MonkeyPatch) -> None:
-    def dump(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
+def _changed_dump(self, inputs, outputs, scores, dump_path): ...  # type: ignore[no-untyped-def]
 
+
+def _changed_log(self, batch, reward_extra_infos_dict, rollout_data_dir): ...  # type: ignore[no-untyped-def]
+
+
+@pytest.mark.parametrize(
+    ("method", "changed", "refused"),
+    [
+        ("_dump_generations", _changed_dump, r"'scores', 'dump_path'\) is not "),
+        ("_log_rollout_data", _changed_log, r"'rollout_data_dir'\) is not "),
+    ],
+    ids=["dump", "log rollout data"],
+)
+def test_dump_override_refuses_a_changed_verl(
+    monkeypatch: pytest.MonkeyPatch, method: str, changed: Any, refused: str
+) -> None:
     recipe.check_verl()  # verl 0.6.1's passes
-    monkeypatch.setattr(RayPPOTrainer, "_dump_generations", dump)
-    refused = r"'scores', 'dump_path'\) is not .*rlvr/train/trainer\.py"
-    with pytest.raises(RuntimeError, match=refused):
+    monkeypatch.setattr(RayPPOTrainer, method, changed)
+    with pytest.raises(RuntimeError, match=refused + r".*rlvr/train/trainer\.py"):
         recipe.check_verl()
 
 

@@ -4,7 +4,8 @@ A run folder is ``trainer.default_local_dir`` (configs/grpo.yaml): ``metrics.jso
 ``file`` logger (read by ``rlvr.report.metrics_log``) and ``rollouts/<step>.jsonl`` from
 ``RayPPOTrainer._dump_generations`` (``trainer.rollout_data_dir``): one JSON object per response
 with ``input`` (the prompt, decoded without special tokens), ``output``, ``gts``, ``score``,
-``step`` and the reward's extra keys (``acc``, ``format``...). verl 0.6.1 writes no
+``step``, the reward's extra keys (``acc``, ``correct``, ``format``...) and, from the recipes'
+trainer, ``response_length`` and ``truncated`` (rlvr/train/trainer.py). verl 0.6.1 writes no
 ``data_source`` there, so the task comes from the metrics' ``val-core/<data_source>/`` keys unless
 a dump names it (or the caller does).
 """
@@ -31,6 +32,12 @@ ROLLOUTS_DIR = "rollouts"
 #: returns one, else the reward), the mean over N samples per prompt.
 VAL_CORE_KEY = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@(?P<n>\d+)$")
 VAL_SOURCE_KEY = re.compile(r"^val-(?:core|aux)/(?P<source>.+)/[^/]+/(?:mean|std|best|maj)@")
+#: Per-response keys the recipes' trainer adds to each dump line (``RecipeTrainer``'s
+#: ``_log_rollout_data``): the response's token count and whether it hit max_response_length.
+RESPONSE_LENGTH_KEY = "response_length"
+TRUNCATED_KEY = "truncated"
+#: The reward extras that say a response was right: the tasks' rewards return both (rewards/).
+CORRECT_KEYS = ("correct", "acc")
 
 
 class ReportError(Exception):
@@ -56,6 +63,25 @@ class Rollout:
         source = self.extras.get("data_source")
         return source if isinstance(source, str) else None
 
+    @property
+    def correct(self) -> bool | None:
+        """Whether the reward judged the answer right (its ``correct`` or ``acc`` extra); None
+        when the reward returns neither."""
+        return _flag(self.extras, CORRECT_KEYS)
+
+    @property
+    def truncated(self) -> bool | None:
+        """Whether the response hit max_response_length; None in dumps without the field."""
+        return _flag(self.extras, (TRUNCATED_KEY,))
+
+
+def _flag(extras: Mapping[str, Any], keys: Sequence[str]) -> bool | None:
+    for key in keys:
+        value = extras.get(key)
+        if isinstance(value, bool | int | float):
+            return bool(value)
+    return None
+
 
 @dataclass(frozen=True)
 class GroupStats:
@@ -70,12 +96,17 @@ class GroupStats:
         return self.zero_spread / self.groups if self.groups else 0.0
 
 
-def scores_by_prompt(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
-    """A step's GRPO groups: the scores of its responses to each prompt (identical text)."""
-    by_prompt: dict[str, list[float]] = {}
+def groups_by_prompt(rollouts: Sequence[Rollout]) -> dict[str, list[Rollout]]:
+    """A step's GRPO groups: its responses to each prompt (identical text)."""
+    by_prompt: dict[str, list[Rollout]] = {}
     for rollout in rollouts:
-        by_prompt.setdefault(rollout.prompt, []).append(rollout.score)
+        by_prompt.setdefault(rollout.prompt, []).append(rollout)
     return by_prompt
+
+
+def scores_by_prompt(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
+    """A step's GRPO groups: the scores of its responses to each prompt."""
+    return {p: [r.score for r in group] for p, group in groups_by_prompt(rollouts).items()}
 
 
 def group_stats(rollouts: Sequence[Rollout]) -> GroupStats:
@@ -156,18 +187,31 @@ def judged_zero_spread(records: RunRecords) -> list[tuple[int, float, str]]:
     """``zero_spread_series`` as the alarm judges it: a dumped step's share is pooled with the
     steps just before it until the window holds ``MIN_JUDGED_GROUPS`` groups (steps whose window
     never does are left out); steps known from the metrics only are kept as they are."""
-    per_step = sorted((step, group_stats(r)) for step, r in records.rollouts.items())
-    pooled: dict[int, tuple[float, str]] = {}
-    for end, (step, _) in enumerate(per_step):
-        groups = zero_spread = 0
-        for _, stats in reversed(per_step[: end + 1]):
-            groups, zero_spread = groups + stats.groups, zero_spread + stats.zero_spread
-            if groups >= MIN_JUDGED_GROUPS:
-                pooled[step] = (zero_spread / groups, "rollouts")
-                break
+    per_step = []
+    for step, rollouts in sorted(records.rollouts.items()):
+        stats = group_stats(rollouts)
+        per_step.append((step, stats.zero_spread, stats.groups))
+    pooled = {step: (share, "rollouts") for step, share in pooled_shares(per_step)}
     metrics_only = [p for p in zero_spread_series(records) if p[0] not in records.rollouts]
     points = {step: (share, source) for step, share, source in metrics_only} | pooled
     return [(step, share, source) for step, (share, source) in sorted(points.items())]
+
+
+def pooled_shares(
+    per_step: Sequence[tuple[int, int, int]], min_total: int = MIN_JUDGED_GROUPS
+) -> list[tuple[int, float]]:
+    """(step, hits / total) from (step, hits, total) in step order, each step pooled with the
+    steps just before it until the window's total reaches ``min_total`` (steps whose window never
+    does are left out): a share of groups judged on enough groups, whatever the batch size."""
+    pooled: list[tuple[int, float]] = []
+    for end, (step, _, _) in enumerate(per_step):
+        hits = total = 0
+        for _, step_hits, step_total in reversed(per_step[: end + 1]):
+            hits, total = hits + step_hits, total + step_total
+            if total >= min_total:
+                pooled.append((step, hits / total))
+                break
+    return pooled
 
 
 # --- reading ------------------------------------------------------------------------------------

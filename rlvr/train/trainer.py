@@ -19,7 +19,10 @@ verl's code: each override calls verl's method and adds what the recipes need ar
   process started (its ``previous_saved_paths`` starts empty), so after a resume the ones saved
   before it were kept for ever and the disk budget pre-flight promised no longer held;
 - ``_dump_generations`` keeps verl's rollout dumps bounded (``rollout_dumps`` in
-  configs/grpo.yaml): verl writes a file per step and never deletes one.
+  configs/grpo.yaml): verl writes a file per step and never deletes one;
+- ``_log_rollout_data`` (the training dump's only caller, which holds the batch) adds each
+  response's token count and whether it hit max_response_length to its dump line: verl passes
+  ``_dump_generations`` decoded text only, and the report's alarm on cut answers needs the cut.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from rlvr.common.verl_guards import require_parameters
+from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
 from rlvr.report.run_plan import write_run_plan
 from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, plain, verl_as_the_recipes_run_it
 
@@ -49,11 +53,18 @@ DUMP_GENERATIONS_PARAMS = (
     "reward_extra_infos_dict",
     "dump_path",
 )
+LOG_ROLLOUT_DATA_PARAMS = (
+    "self",
+    "batch",
+    "reward_extra_infos_dict",
+    "timing_raw",
+    "rollout_data_dir",
+)
 
 
 class RecipeTrainer(RayPPOTrainer):
     """verl's trainer, with a run plan, checkpoints bounded across resumes and rollout dumps
-    bounded (see the module docstring)."""
+    bounded and carrying each response's length (see the module docstring)."""
 
     def fit(self) -> None:
         folder = run_folder(self.config)
@@ -101,11 +112,35 @@ class RecipeTrainer(RayPPOTrainer):
         if bounds and dump_path == self.config.trainer.get("rollout_data_dir"):
             prune_step_files(dump_path, int(bounds["keep_last"]), int(bounds["keep_every"]))
 
+    def _log_rollout_data(
+        self,
+        batch: Any,
+        reward_extra_infos_dict: dict[str, Any],
+        timing_raw: dict[str, Any],
+        rollout_data_dir: str,
+    ) -> None:
+        lengths, truncated = response_lengths(
+            batch.batch["responses"], batch.batch["attention_mask"]
+        )
+        # the reward's own keys win (a new dict: verl adds request_id to the one it is passed)
+        extras = {RESPONSE_LENGTH_KEY: lengths, TRUNCATED_KEY: truncated, **reward_extra_infos_dict}
+        super()._log_rollout_data(batch, extras, timing_raw, rollout_data_dir)
+
+
+def response_lengths(responses: Any, attention_mask: Any) -> tuple[list[int], list[bool]]:
+    """Each response's token count and whether it filled the response width
+    (max_response_length), as verl 0.6.1 counts them for ``response_length/clip_ratio``
+    (``metric_utils._compute_response_info``: the attention mask over the response columns)."""
+    width = responses.shape[-1]
+    lengths = attention_mask[:, -width:].sum(-1).tolist()
+    return [int(n) for n in lengths], [int(n) == width for n in lengths]
+
 
 def check_verl() -> None:
     """Refuse a verl whose methods ``RecipeTrainer`` overrides take other parameters."""
     owner = "rlvr/train/trainer.py"
     require_parameters(RayPPOTrainer._dump_generations, DUMP_GENERATIONS_PARAMS, owner=owner)
+    require_parameters(RayPPOTrainer._log_rollout_data, LOG_ROLLOUT_DATA_PARAMS, owner=owner)
     require_parameters(RayPPOTrainer._save_checkpoint, ("self",), owner=owner)
     require_parameters(RayPPOTrainer.fit, ("self",), owner=owner)
 

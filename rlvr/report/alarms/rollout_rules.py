@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rlvr.report.alarms.verdict import FIRED, NO_DATA, OK, Alarm
+from rlvr.report.alarms.verdict import FIRED, NO_DATA, OK, Alarm, trim
 from rlvr.report.records import (
     MIN_JUDGED_GROUPS,
     Rollout,
@@ -159,10 +159,5 @@ def _matched(
         if found:
             hit = True
             counts[name] = counts.get(name, 0) + 1
-            examples.setdefault(name, f"step {rollout.step}: {_trim(rollout.response)}")
+            examples.setdefault(name, f"step {rollout.step}: {trim(rollout.response)}")
     return hit
-
-
-def _trim(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

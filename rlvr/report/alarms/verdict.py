@@ -1,4 +1,5 @@
-"""An alarm's verdict: the one type every rule in this package returns."""
+"""An alarm's verdict: the one type every rule in this package returns, and how an example
+response is shown in it."""
 
 from __future__ import annotations
 
@@ -23,3 +24,9 @@ class Alarm:
     @property
     def fired(self) -> bool:
         return self.status == FIRED
+
+
+def trim(text: str, limit: int = 160) -> str:
+    """A response as one line of at most ``limit`` characters, for an alarm's examples."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
