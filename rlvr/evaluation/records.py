@@ -4,7 +4,7 @@
 |---|---|---|
 | ``GradedSample`` | ``samples.jsonl`` | response |
 | ``PassKRecord`` / ``AnalyseRecord`` | ``prompts.jsonl`` | prompt (``passk`` / ``analyse``) |
-| ``Summary`` (``RunHeader`` + metrics + verdict) | ``summary.json`` | run |
+| ``Summary`` (``RunHeader`` + metrics + verdict + ``Recommendations``) | ``summary.json`` | run |
 
 On disk each record is one flat JSON object with the keys users and ``compare`` read
 (``prompt_index``, ``score``, ``pass@4``, ``mean_variance``, ...); ``to_json`` writes that form
@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -100,6 +100,8 @@ class GradedSample(_Record):
     # disk these keys sit beside the fields above.
     parts: JSONDict
     logprobs: list[float] = Field(default_factory=list, exclude=True, repr=False)
+    # the generated token ids, in memory only: the checks look for an end-of-turn token in them
+    token_ids: list[int] = Field(default_factory=list, exclude=True, repr=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -107,7 +109,7 @@ class GradedSample(_Record):
         """A dict without ``parts`` is the flat form on disk: every other key is a part."""
         if not isinstance(data, dict) or "parts" in data:
             return data
-        own = cls.model_fields.keys() - {"parts", "logprobs"}
+        own = cls.model_fields.keys() - {"parts", "logprobs", "token_ids"}
         parts = {k: v for k, v in data.items() if k not in own}
         return {**{k: v for k, v in data.items() if k in own}, "parts": parts}
 
@@ -194,14 +196,52 @@ class _VerdictKeys(_Record):
     checks: dict[str, bool] = Field(default_factory=dict)
 
 
+class SuggestedSetting(_Record):
+    """One training setting ``analyse`` suggests (``recommend.py``), against the value it would
+    replace."""
+
+    setting: str  # verl's key, e.g. "data.max_response_length"
+    action: str  # "keep" | "raise" | "lower" | "probe again" | "change the data"
+    suggested: int | None  # None: no value of this setting fixes what the probe found
+    current: int | None  # the value compared with; None where nothing sets it
+    compared_with: str  # where ``current`` comes from
+    reason: str
+    table: dict[str, float] = Field(default_factory=dict)  # rollout.n: n -> useful-group share
+
+
+class CheckLine(_Record):
+    """One check of the model's template and end-of-sequence handling (``model_checks.py``)."""
+
+    name: str
+    status: Literal["ok", "warning"]
+    message: str  # a warning's ends with its fix
+
+    def line(self) -> str:
+        return f"{self.status}: {self.name}: {self.message}"
+
+
+class Recommendations(_Record):
+    """What ``analyse`` recommends before a run: settings and checks (``summary.json`` key
+    ``recommendations``)."""
+
+    settings: list[SuggestedSetting]
+    checks: list[CheckLine]
+
+
+class _RecommendationsKey(_Record):
+    recommendations: Recommendations
+
+
 HEADER_KEYS = tuple(RunHeader.model_fields)
 VERDICT_KEYS = tuple(_VerdictKeys.model_fields)
+RECOMMENDATIONS_KEY = "recommendations"
 
 
 @dataclass(frozen=True)
 class Summary:
     """A run's ``summary.json``: its header, its metrics in report order, and for ``analyse``
-    the verdict. ``extra`` keeps keys this version does not know, so nothing is lost.
+    the verdict and the recommendations. ``extra`` keeps keys this version does not know, so
+    nothing is lost.
 
     Not a pydantic model: its open keys split by value (numbers and nulls are metrics), which no
     schema states."""
@@ -210,12 +250,15 @@ class Summary:
     metrics: dict[str, float | None]  # "mean_score", "pass@1", "pass@4", "mean_variance"...
     verdict: Verdict | None = None
     extra: JSONDict = field(default_factory=dict)
+    recommendations: Recommendations | None = None
 
     def to_json(self) -> JSONDict:
         flat: JSONDict = {**self.header.to_json(), **self.metrics}
         if self.verdict is not None:
             checks: JSONDict = {**self.verdict.checks}
             flat.update(verdict=self.verdict.label, advice=self.verdict.advice, checks=checks)
+        if self.recommendations is not None:
+            flat[RECOMMENDATIONS_KEY] = self.recommendations.to_json()
         return {**flat, **self.extra}
 
     @classmethod
@@ -227,12 +270,17 @@ class Summary:
         if "verdict" in data:
             keys = parse(_VerdictKeys, text, source)
             verdict = Verdict(keys.verdict, keys.advice, keys.checks)
-        rest = {k: v for k, v in data.items() if k not in HEADER_KEYS + VERDICT_KEYS}
+        recommended = None
+        if RECOMMENDATIONS_KEY in data:
+            recommended = parse(_RecommendationsKey, text, source).recommendations
+        known = (*HEADER_KEYS, *VERDICT_KEYS, RECOMMENDATIONS_KEY)
+        rest = {k: v for k, v in data.items() if k not in known}
         return cls(
             header=header,
             metrics={k: _as_float(v) for k, v in rest.items() if _is_metric(v)},
             verdict=verdict,
             extra={k: v for k, v in rest.items() if not _is_metric(v)},
+            recommendations=recommended,
         )
 
 

@@ -9,7 +9,8 @@ the same keys, the ones verl's trainer reads:
 - ``data.max_response_length``: eval's default ``--max_tokens``;
 - ``actor_rollout_ref.rollout.temperature`` / ``top_p``: the sampling commands' defaults;
 - ``data.apply_chat_template_kwargs``: how prompts are rendered (verl's ``RLHFDataset``);
-- ``custom_reward_function.reward_kwargs``: how responses are graded.
+- ``custom_reward_function.reward_kwargs``: how responses are graded;
+- ``actor_rollout_ref.rollout.n``: what ``analyse`` compares its suggested group size with.
 
 Explicit flags win over the config; every kwarg is checked before the model loads.
 
@@ -41,6 +42,7 @@ class RunSettings:
     temperature: float | None = None
     top_p: float | None = None
     total_training_steps: int | None = None
+    rollout_n: int | None = None
 
 
 def from_config(config: Any, origin: str) -> RunSettings:
@@ -63,6 +65,7 @@ def from_config(config: Any, origin: str) -> RunSettings:
         temperature=number("actor_rollout_ref.rollout.temperature", float),
         top_p=number("actor_rollout_ref.rollout.top_p", float),
         total_training_steps=number("trainer.total_training_steps", int),
+        rollout_n=number("actor_rollout_ref.rollout.n", int),
     )
 
 
