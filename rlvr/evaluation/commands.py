@@ -115,6 +115,7 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     """Every input checked, cheapest first, before the model loads; then the run."""
     from rlvr import tasks
     from rlvr.evaluation.generation import make_backend
+    from rlvr.evaluation.model_checks import generation_config_eos
     from rlvr.evaluation.model_source import check_context, resolve_model
 
     task = tasks.get(task_name)
@@ -130,6 +131,7 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     ks = checked_ks(args.command, args, sampling)
     check_context(source, sampling.max_tokens)
     backend = make_backend(args.backend, source, batch_size=args.batch_size)
+    weights = source.base if source.kind == "lora" and source.base else source.path
     run = runs.EvalRun(
         task=task,
         model_path=args.model_path,
@@ -142,6 +144,8 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         prompts_per_chunk=max(1, args.batch_size // sampling.n) if backend.name == "hf" else 256,
         progress=not args.quiet,
         force=args.force,
+        training=settings,
+        generation_eos=generation_config_eos(weights),
     )
     summary = execute(args.command, run, rows, sampling, ks)
     print(summary_markdown(summary), end="")

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.records import AnalyseRecord, Summary
+from rlvr.evaluation.records import AnalyseRecord, Recommendations, Summary
 
 # Metrics shown in reports, in order; rates print as percentages.
 REPORT_METRICS = (
@@ -79,7 +79,30 @@ def summary_markdown(summary: Summary) -> str:
         judged = summary.verdict
         lines += ["", f"**Verdict: {judged.label}.** {judged.advice}", ""]
         lines += [f"- [{'x' if ok else ' '}] {name}" for name, ok in judged.checks.items()]
+    if summary.recommendations is not None:
+        lines += recommendations_markdown(summary.recommendations)
     return "\n".join(lines) + "\n"
+
+
+def recommendations_markdown(recommended: Recommendations) -> list[str]:
+    """The suggested settings (with the rollout.n table) and the checks, one line each."""
+    lines = ["", "## Suggested settings", "", "| setting | now | suggested | why |"]
+    lines.append("|---|---|---|---|")
+    for item in recommended.settings:
+        now = "unset" if item.current is None else str(item.current)
+        value = "-" if item.suggested is None else str(item.suggested)
+        lines.append(
+            f"| `{item.setting}` | {now} ({item.compared_with}) | {value} ({item.action}) | "
+            f"{item.reason} |"
+        )
+    for item in (s for s in recommended.settings if s.table):
+        lines += ["", f"Expected share of useful groups by `{item.setting}`:", ""]
+        lines += ["| n | " + " | ".join(item.table) + " |", "|---" * (len(item.table) + 1) + "|"]
+        lines.append(
+            "| useful groups | " + " | ".join(f"{v:.0%}" for v in item.table.values()) + " |"
+        )
+    lines += ["", "## Checks before a run", ""]
+    return lines + [f"- {check.line()}" for check in recommended.checks]
 
 
 def compare_markdown(

@@ -24,7 +24,7 @@ from typing import Any
 from rlvr.common.files import write_json_atomic, write_text_atomic
 from rlvr.common.messages import first_line
 from rlvr.data.prep import DATA_COLUMNS
-from rlvr.evaluation import metrics
+from rlvr.evaluation import metrics, model_checks, recommend
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Backend, Generation, SamplingSettings
 from rlvr.evaluation.outputs import staged_run_dir
@@ -34,13 +34,14 @@ from rlvr.evaluation.records import (
     GradedSample,
     JSONDict,
     PassKRecord,
+    Recommendations,
     RunHeader,
     Summary,
     jsonable,
     write_jsonl,
 )
 from rlvr.evaluation.reports import summary_markdown
-from rlvr.evaluation.settings import check_reward_kwargs
+from rlvr.evaluation.settings import RunSettings, check_reward_kwargs
 from rlvr.tasks import TaskSpec
 
 Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus "_index"
@@ -171,6 +172,8 @@ class EvalRun:
     prompts_per_chunk: int = 16
     progress: bool = True
     force: bool = False  # replace an existing output_dir (once the run has completed)
+    training: RunSettings | None = None  # what analyse's suggestions are compared with
+    generation_eos: list[int] | None = None  # generation_config.json's eos ids; None: no file
 
     def sample_and_grade(
         self, rows: Sequence[Row], sampling: SamplingSettings, folder: Path
@@ -183,6 +186,7 @@ class EvalRun:
         from tqdm import tqdm
 
         check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
+        model_checks.require_chat_template(tokenizer_of(self.backend), self.template_kwargs)
         grader = Grader(self.task.load_reward(), self.task.load_answer_key())
         graded: list[list[GradedSample]] = []
         with (
@@ -249,6 +253,7 @@ class EvalRun:
             mean_neg_logprob=-sum(logprobs) / len(logprobs) if logprobs else None,
             parts={str(key): jsonable(value) for key, value in parts.items()},
             logprobs=logprobs,
+            token_ids=list(generation.token_ids),
         )
 
     def header(self, command: str, sampling: SamplingSettings, prompts: int) -> RunHeader:
@@ -369,6 +374,18 @@ def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -
             {**response_summary(graded), **overall},
             verdict=metrics.verdict(
                 accuracy, variance, entropy, overall["nonzero_variance_fraction"] or 0.0
+            ),
+            recommendations=Recommendations(
+                settings=recommend.suggested_settings(
+                    graded, records, sampling.max_tokens, run.training
+                ),
+                checks=model_checks.model_checks(
+                    tokenizer_of(run.backend),
+                    run.template_kwargs,
+                    run.generation_eos,
+                    graded,
+                    sampling.max_tokens,
+                ),
             ),
         )
         write_summary(folder, summary)
