@@ -267,15 +267,21 @@ def test_fit_writes_the_steps_verl_will_train(
 
     monkeypatch.setattr(RayPPOTrainer, "fit", lambda self: None)
     trainer: Any = recipe.RecipeTrainer.__new__(recipe.RecipeTrainer)
-    trainer.config = OmegaConf.create(
-        {"paths": {"metrics": str(tmp_path / "new_run/metrics.jsonl")},  # not made yet
-         "trainer": {"total_epochs": epochs, "experiment_name": "x",
-                     "default_local_dir": str(tmp_path)}}
-    )  # fmt: skip
+    trainer.config = compose(
+        "gsm8k_qwen2_5_3b",
+        [
+            f"paths.metrics={tmp_path / 'new_run/metrics.jsonl'}",  # a folder not made yet
+            f"trainer.default_local_dir={tmp_path}",
+            f"trainer.total_epochs={epochs}",
+        ],
+    )
     trainer.total_training_steps, trainer.train_dataloader = setting, [0, 1, 2, 3]
     trainer.fit()
     plan, note = read_run_plan(tmp_path / "new_run")
     assert note is None and plan is not None and plan.total_training_steps == planned
+    # what the reference bands match on: verl's GSM8K table has this model
+    assert (plan.model, plan.task) == ("Qwen/Qwen2.5-3B-Instruct", "gsm8k")
+    assert plan.answer_protocol == "rlvr-gsm8k-strict"
 
 
 def _worker_disk_full() -> BaseException:

@@ -236,7 +236,11 @@ def same_model(published: str, run_model: str) -> bool:
 def compare(facts: RunFacts, bands: ReferenceBands) -> list[Comparison]:
     """One comparison per entry the run matches, or one line saying why none was made."""
     if facts.model is None:
-        why = "none compared: run_plan.json names no model (written before it recorded one?)"
+        why = (
+            "none compared: no run_plan.json, so the run's model is unknown"
+            if facts.planned_steps is None
+            else "none compared: run_plan.json names no model (written before it recorded one?)"
+        )
         return [Comparison(None, None, why)]
     matched = [
         entry

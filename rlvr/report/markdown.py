@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlvr.report import alarms as checks
 from rlvr.report.alarms import Alarm
+from rlvr.report.alarms.mismatch_rules import K3_KL, LOG_PPL_ABS_DIFF
 from rlvr.report.bands import reference_lines
 from rlvr.report.metrics_log import step_ranges
 from rlvr.report.records import RunRecords
@@ -25,6 +26,8 @@ TABLE_KEYS = (
     "actor/kl_loss",
     "actor/ppo_kl",
     checks.GRAD_NORM,
+    LOG_PPL_ABS_DIFF,  # rollout/training mismatch (verl's rollout_corr metrics)
+    K3_KL,
 )
 FIGURE_ORDER = ("reward", "entropy", "length", "clip", "kl", "grad_norm", "groups")
 

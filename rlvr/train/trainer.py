@@ -38,6 +38,7 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from rlvr.common.verl_guards import require_parameters
+from rlvr.report.bands import plan_fields
 from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
 from rlvr.report.run_plan import write_run_plan
 from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, plain, verl_as_the_recipes_run_it
@@ -77,6 +78,7 @@ class RecipeTrainer(RayPPOTrainer):
                 steps,
                 self.config.trainer.get("experiment_name"),
                 checkpoints=self.config.trainer.default_local_dir,
+                **plan_fields(self.config),  # model, task, protocol: the reference bands' keys
             )
         super().fit()
 
