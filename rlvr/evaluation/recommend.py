@@ -4,6 +4,7 @@ before a run", states each rule and why its threshold).
 
 Each suggestion names the value it is compared with: the experiment's, as composed, with
 ``--experiment``; else the task overlay's (``settings.py``); else the probe's own ``--max_tokens``.
+``settings_from_samples`` recomputes them from a recorded run's ``samples.jsonl``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlvr.evaluation.metrics import PromptStats, is_success
+from rlvr.evaluation.metrics import PromptStats, is_success, prompt_stats
 from rlvr.evaluation.records import GradedSample, SuggestedSetting
 from rlvr.evaluation.settings import RunSettings
 
@@ -175,3 +176,16 @@ def suggested_settings(
         suggest_max_response_length(samples, probe_cap, length),
         suggest_rollout_n(stats, rollout_n),
     ]
+
+
+def settings_from_samples(
+    samples: Sequence[GradedSample], probe_cap: int, training: RunSettings | None
+) -> list[SuggestedSetting]:
+    """``suggested_settings`` from a recorded run's samples (``samples.jsonl``, read with
+    ``records.read_records``): grouped by prompt, in the order the probe wrote them. Both
+    suggestions need only scores, lengths and finish reasons, which the file keeps."""
+    groups: dict[int, list[GradedSample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.prompt_index, []).append(sample)
+    stats = [prompt_stats(index, [s.score for s in group]) for index, group in groups.items()]
+    return suggested_settings(list(groups.values()), stats, probe_cap, training)
