@@ -115,3 +115,20 @@ def test_a_child_that_asks_stops_when_its_parent_is_killed(tmp_path: Path, asks:
     parent.wait()
     left = _left([int(pid_file.read_text())], within_s=5 if asks else 1)
     assert (left == []) == asks
+
+
+def test_a_parent_that_names_the_marker_is_not_part_of_the_run(tmp_path: Path) -> None:
+    """A sweep passes the run's Ray temp dir on its own command line (an override), so the
+    marker matches it too; it is the run's parent and must outlive the clean-up. (The first
+    version stopped it with SIGKILL: the sweep e2e died after its first point.)"""
+    marker, pids = str(tmp_path / "run-marker"), tmp_path / "pids"
+    driver = [sys.executable, "-c", DRIVER, marker, str(pids), "exit"]
+    # the parent: a shell whose own argv names the marker, waiting on the supervisor
+    parent = subprocess.run(
+        ["bash", "-c", '"$@"; echo "parent alive after exit $?"', "sweep",
+         sys.executable, "-c", SUPERVISOR, *driver],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert marker in " ".join(driver)  # the parent's command line holds the marker
+    assert parent.returncode == 0 and "parent alive after exit 3" in parent.stdout, parent.stderr
+    assert _left([int(pid) for pid in pids.read_text().split()]) == []

@@ -105,6 +105,10 @@ class RunProcesses:
             if not (os.path.isabs(marker) and len(marker) > 8):
                 raise ValueError(f"marker {marker!r}: must be a run's own absolute path")
         self.records: dict[int, float] = {}
+        self.started = time.time()
+        # A sweep or a test that passed the marker on its command line (a Ray temp dir
+        # override) is this run's parent, not part of it: it once got SIGKILLed here.
+        self.ancestors = {proc.pid for proc in psutil.Process().parents()}
 
     def record(self) -> None:
         for proc in self._descendants():
@@ -115,9 +119,16 @@ class RunProcesses:
         found = {proc.pid: proc for proc in self._descendants()}
         found.update({p.pid: p for p in started_processes(list(self.records.items()))})
         if self.markers:
-            found.update({p.pid: p for p in processes_with(self.markers)})
+            found.update({p.pid: p for p in processes_with(self.markers) if self._newer(p)})
         found.pop(os.getpid(), None)
         return [proc for proc in found.values() if _running(proc)]
+
+    def _newer(self, proc: psutil.Process) -> bool:
+        """Started with this run (not before it), and not one of this process's ancestors."""
+        try:
+            return proc.pid not in self.ancestors and proc.create_time() >= self.started - 1
+        except psutil.Error:
+            return False
 
     @staticmethod
     def _descendants() -> list[psutil.Process]:
