@@ -164,7 +164,7 @@ def test_latest_model_reads_verls_tracker(tmp_path: Path) -> None:
     assert sft_config.latest_model(config) is None
     (tmp_path / "global_step_3/huggingface").mkdir(parents=True)
     (tmp_path / "global_step_3/huggingface/config.json").write_text("{}")
-    (tmp_path / sft_config.TRACKER).write_text("3")
+    (tmp_path / sft_config.TRACKER_FILE).write_text("3")
     assert sft_config.latest_model(config) == tmp_path / "global_step_3/huggingface"
 
 

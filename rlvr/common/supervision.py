@@ -35,8 +35,8 @@ from typing import IO
 import psutil
 
 from rlvr.common.processes import processes_with, started_processes
+from rlvr.common.signals import STOP_SIGNALS
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Set by a parent that wants its child to stop when it dies, even by SIGKILL: its own PID.
 STOP_WITH_PARENT_ENV = "RLVR_STOP_WITH_PARENT"
 _PR_SET_PDEATHSIG = 1
@@ -85,7 +85,7 @@ def stop_requests() -> Iterator[list[int]]:
         return
     previous = {
         signum: signal.signal(signum, lambda received_signum, _: received.append(received_signum))
-        for signum in STOP_SIGNALS
+        for signum in (signal.SIGINT, *STOP_SIGNALS)
     }
     try:
         yield received

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, tracked_step
 from rlvr.common.files import write_text_atomic
 from rlvr.report.metrics_log import step_ranges
 
 PLAN_FILE = "run_plan.json"
-TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl's checkpoint tracker
 
 
 class RunPlan(BaseModel):
@@ -99,13 +99,10 @@ def read_run_plan(folder: str | os.PathLike[str]) -> tuple[RunPlan | None, str |
 def read_checkpointed_step(folder: Path) -> tuple[int | None, str | None]:
     """The step verl's tracker in ``folder`` names: (None, None) without one, (None, a note) when
     it holds no step number (a crash between verl's open and write leaves it empty)."""
-    path = folder / TRACKER_FILE
     try:
-        return int(path.read_bytes().decode()), None
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError):  # empty, not a number, not UTF-8, unreadable
-        return None, f"{path}: holds no step number; the checkpoints were not compared"
+        return tracked_step(folder), None
+    except UnreadableTracker as exc:
+        return None, f"{exc}; the checkpoints were not compared"
 
 
 def run_status(folder: Path, training_steps: Sequence[int]) -> tuple[str, list[str]]:

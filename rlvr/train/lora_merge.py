@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlvr.common.checkpoints import TRACKER_FILE
 from rlvr.common.cli import OneLineParser
 from rlvr.common.files import (
     disk_full_translated,
@@ -262,7 +263,7 @@ def _is_checkpoint(path: Path) -> bool:
     or not: a folder that is none of these is a wrong argument, not "nothing to merge"."""
     return (
         any(step.is_dir() for step in path.glob("global_step_*"))
-        or (path / "latest_checkpointed_iteration.txt").is_file()
+        or (path / TRACKER_FILE).is_file()
         or (path / "actor").is_dir()
         or path.name.startswith("global_step_")
         or path.name == "actor"

@@ -21,6 +21,7 @@ import ray
 from verl.trainer.main_ppo import run_ppo
 
 from rlvr.common.disk_full import DISK_FULL_EXIT, disk_full_message, disk_full_of
+from rlvr.common.signals import STOP_SIGNALS
 from rlvr.common.supervision import stop_with_parent
 from rlvr.train.checkpoint_budget import checkpoint_bytes, model_size
 from rlvr.train.trainer import RecipeTaskRunner, run_folder
@@ -31,7 +32,7 @@ def main(config: Any) -> None:
     # Stopped by the launcher's supervisor, or by the kernel when that supervisor dies: exit
     # through SystemExit, so that atexit's ray.shutdown() stops the Ray this driver started.
     stop_with_parent()
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in STOP_SIGNALS:
         signal.signal(signum, lambda received, _: sys.exit(128 + received))
     try:
         # As verl's main_ppo: the TaskRunner asks for one CPU ("make sure main_task is not

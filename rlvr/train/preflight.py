@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlvr import tasks
+from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, saved_steps, tracked_step
 from rlvr.common.messages import first_line
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
@@ -223,28 +224,19 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     return problems
 
 
-TRACKER = "latest_checkpointed_iteration.txt"  # verl's checkpoint tracker
-
-
 def _resume_problems(config: Any) -> list[str]:
     """A tracker verl's resume cannot read (``int()`` on it fails inside Ray): one left empty by
     a crash between verl's open and write, with the fix named."""
     if config.trainer.get("resume_mode") != "auto":
         return []
     folder = Path(str(config.trainer.default_local_dir))
-    tracker = folder / TRACKER
     try:
-        int(tracker.read_bytes().decode())
+        tracked_step(folder)
         return []
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError):  # empty, not a number, not UTF-8, unreadable
+    except UnreadableTracker:
         pass
-    steps = sorted(
-        int(p.name.removeprefix("global_step_"))
-        for p in folder.glob("global_step_*")
-        if p.name.removeprefix("global_step_").isdigit() and (p / "actor").is_dir()
-    )
+    steps = saved_steps(folder, holding="actor")
+    tracker = folder / TRACKER_FILE
     problem = f"{tracker}: not a step number verl can resume from (a crash while verl wrote it)"
     if not steps:
         return [f"{problem}; delete it to start fresh"]

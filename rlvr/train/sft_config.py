@@ -16,13 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rlvr.common.checkpoints import TRACKER_FILE
 from rlvr.common.messages import first_line
 from rlvr.common.paths import CONFIG_DIR
 from rlvr.train.config import ConfigError, _close
 
 SFT_DIR = CONFIG_DIR / "sft"
 BASE = "sft"
-TRACKER = "latest_checkpointed_iteration.txt"
 
 
 def sft_experiments() -> list[str]:
@@ -95,7 +95,7 @@ def problems(config: Any) -> list[str]:
 def latest_model(config: Any) -> Path | None:
     """The newest checkpoint's loadable ``huggingface`` folder, or None before any."""
     folder = Path(str(config.trainer.default_local_dir))
-    tracker = folder / TRACKER
+    tracker = folder / TRACKER_FILE
     if not tracker.is_file():
         return None
     model = folder / f"global_step_{tracker.read_text().strip()}" / "huggingface"

@@ -37,6 +37,7 @@ from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from rlvr.common.checkpoints import saved_steps
 from rlvr.common.verl_guards import require_parameters
 from rlvr.report.bands import plan_fields
 from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
@@ -202,11 +203,7 @@ def prune_checkpoints(folder: str, keep: int) -> list[str]:
     root = Path(folder)
     for stale in root.glob(f"{DELETING_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
-    steps = sorted(
-        int(path.name.removeprefix("global_step_"))
-        for path in root.glob("global_step_*")
-        if path.is_dir() and path.name.removeprefix("global_step_").isdigit()
-    )
+    steps = saved_steps(root)
     removed = []
     for step in steps[: max(len(steps) - keep, 0)]:
         doomed = root / f"{DELETING_PREFIX}global_step_{step}"
