@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rlvr.common.messages import first_line
 from rlvr.report.records import VAL_CORE_KEY, RunRecords
-from rlvr.report.run_plan import read_run_plan, validation_problem
+from rlvr.report.run_plan import validation_problem
 
 DATA_FILE = Path(__file__).with_name("reference_bands.yaml")
 #: Two binomial standard errors: a ~95% band for the difference of two accuracies.
@@ -166,7 +166,7 @@ class RunFacts:
 
 
 def run_facts(records: RunRecords) -> RunFacts:
-    plan, _ = read_run_plan(records.run_dir)
+    plan = records.plan
     inferred = records.task.name if records.task else None
     key = records.val_key()
     return RunFacts(

@@ -23,7 +23,7 @@ from typing import Any
 
 from rlvr.common.messages import first_line
 from rlvr.report.metrics_log import StepRecord, read_log
-from rlvr.report.run_plan import run_status
+from rlvr.report.run_plan import RunPlan, read_run_plan, run_status
 from rlvr.tasks.spec import TaskSpec
 
 METRICS_FILE = "metrics.jsonl"
@@ -131,6 +131,7 @@ class RunRecords:
     #: how far the run got against its plan (``rlvr.report.run_plan.run_status``); "" when the
     #: records were not read from a run folder
     status: str = ""
+    plan: RunPlan | None = None  # run_plan.json, when the run folder has a readable one
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``key`` at every step that logged it, non-finite values included (an alarm may care)."""
@@ -238,10 +239,12 @@ def load_run(
     if not log.steps:
         why = log.notes[0] if log.notes else "empty file"
         raise NotYetError(f"{metrics}: no step logged ({why})")
-    status, status_notes = run_status(run_dir, [r.step for r in log.steps if r.step > 0])
+    plan, plan_note = read_run_plan(run_dir)
+    training_steps = [r.step for r in log.steps if r.step > 0]
+    status, status_notes = run_status(run_dir, training_steps, plan, plan_note)
     rollouts, rollout_notes = read_rollouts(run_dir / ROLLOUTS_DIR, cache)
     notes = (*log.notes, *status_notes, *rollout_notes)
-    records = RunRecords(run_dir, tuple(log.steps), rollouts, None, notes, status)
+    records = RunRecords(run_dir, tuple(log.steps), rollouts, None, notes, status, plan)
     return replace(records, task=task or infer_task(records))
 
 

@@ -105,10 +105,12 @@ def read_checkpointed_step(folder: Path) -> tuple[int | None, str | None]:
         return None, f"{exc}; the checkpoints were not compared"
 
 
-def run_status(folder: Path, training_steps: Sequence[int]) -> tuple[str, list[str]]:
+def run_status(
+    folder: Path, training_steps: Sequence[int], plan: RunPlan | None, plan_note: str | None
+) -> tuple[str, list[str]]:
     """The status line for a run whose ``metrics.jsonl`` logged ``training_steps`` (step 0, the
-    validation before training, left out), and notes on the files that could not be read."""
-    plan, plan_note = read_run_plan(folder)
+    validation before training, left out) against ``plan`` (``read_run_plan``'s, read once per
+    report), and notes on the files that could not be read."""
     where = Path(plan.checkpoints) if plan and plan.checkpoints else folder
     saved, tracker_note = read_checkpointed_step(where)
     notes = [note for note in (plan_note, tracker_note) if note]
