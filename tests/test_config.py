@@ -69,6 +69,7 @@ OWNERS = {
         "trainer.nnodes",
         "actor_rollout_ref.nccl_timeout",
         "hardware_lora",
+        "hardware_facts",
         "data.dataloader_num_workers",
         "actor_rollout_ref.model.enable_gradient_checkpointing",
         "actor_rollout_ref.model.use_remove_padding",
