@@ -21,7 +21,8 @@ class Architecture:
     """A decoder-only Qwen model's shape, as its ``config.json`` declares it."""
 
     hf_id: str
-    model_type: str  # "qwen2" (bias on q/k/v projections) or "qwen3" (RMSNorm on q and k)
+    # "qwen2" (bias on q/k/v projections), "qwen3" (RMSNorm on q and k) or "llama" (neither)
+    model_type: str
     num_hidden_layers: int
     hidden_size: int
     intermediate_size: int
@@ -67,14 +68,33 @@ def by_hf_id(hf_id: str) -> Architecture | None:
     return next((arch for arch in ARCHITECTURES.values() if arch.hf_id == hf_id), None)
 
 
-def _decoder_layer_parameters(arch: Architecture) -> int:
+def from_config_json(declared: dict[str, Any], name: str) -> Architecture:
+    """The shape a local model folder's ``config.json`` declares (KeyError: a field missing)."""
+    heads = int(declared["num_attention_heads"])
+    hidden = int(declared["hidden_size"])
+    return Architecture(
+        hf_id=name,
+        model_type=str(declared.get("model_type", "llama")),
+        num_hidden_layers=int(declared["num_hidden_layers"]),
+        hidden_size=hidden,
+        intermediate_size=int(declared["intermediate_size"]),
+        num_attention_heads=heads,
+        num_key_value_heads=int(declared.get("num_key_value_heads") or heads),
+        head_dim=int(declared.get("head_dim") or hidden // heads),
+        vocab_size=int(declared["vocab_size"]),
+        tie_word_embeddings=bool(declared.get("tie_word_embeddings", False)),
+    )
+
+
+def decoder_layer_parameters(arch: Architecture) -> int:
+    """Parameters of one decoder layer (FSDP gathers one layer at a time: each is a unit)."""
     h = arch.hidden_size
     attention = h * arch.q_width + 2 * h * arch.kv_width + arch.q_width * h
     if arch.model_type == "qwen2":
         attention += arch.q_width + 2 * arch.kv_width  # q/k/v projection biases
     elif arch.model_type == "qwen3":
         attention += 2 * arch.head_dim  # q_norm and k_norm, one weight per head dimension
-    else:
+    elif arch.model_type != "llama":
         raise ValueError(f"unknown model_type {arch.model_type!r}")
     mlp = 3 * h * arch.intermediate_size  # gate, up and down projections, no bias
     return attention + mlp + 2 * h  # input and post-attention RMSNorm
@@ -84,7 +104,7 @@ def parameter_count(arch: Architecture) -> int:
     """Total parameters (tied embeddings counted once), as the hub's safetensors total."""
     embeddings = arch.vocab_size * arch.hidden_size
     lm_head = 0 if arch.tie_word_embeddings else embeddings
-    layers = arch.num_hidden_layers * _decoder_layer_parameters(arch)
+    layers = arch.num_hidden_layers * decoder_layer_parameters(arch)
     return embeddings + lm_head + layers + arch.hidden_size  # the last: final RMSNorm
 
 

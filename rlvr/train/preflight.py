@@ -5,7 +5,8 @@ Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 2 
 Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key, data files
 that are missing, not Parquet or of another task, a model path that will not load, numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
-GPUs, a running Ray cluster verl would join silently, and checkpoints that cannot fit the disk.
+GPUs, a GPU run whose memory cannot fit the GPU (rlvr/train/memory_plan.py), a running Ray
+cluster verl would join silently, and checkpoints that cannot fit the disk.
 The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
 verl config checks here also serve the sweep runner (rlvr/sweep/runner.py).
 """
@@ -201,6 +202,23 @@ def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
     return []
 
 
+def _memory_problems(config: Any) -> list[str]:
+    """Print the GPU run's memory table (rlvr/train/memory_plan.py); a problem when it cannot
+    fit the GPU this machine has, or the one the hardware overlay declares."""
+    from rlvr.train.memory_plan import plan
+
+    try:
+        memory = plan(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        print(f"pre-flight: warning: memory not planned: {first_line(exc)}", file=sys.stderr)
+        return []
+    if memory is None:
+        return []
+    for line in memory.lines():
+        print(f"pre-flight: {line}")
+    return memory.problems
+
+
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     """Problems with a composed config, as messages; empty when it is ready to launch."""
     task = tasks.for_config(config)
@@ -212,6 +230,8 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     numeric = numeric_problems(config)
     problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
     problems += _gpu_problems(config, visible_gpus)
+    if not numeric:
+        problems += _memory_problems(config)
     problems += _overlong_buffer_problems(config)
     problems += _reward_problems(config, task)
     plan, ray_problem = ray_plan(config)

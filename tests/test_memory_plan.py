@@ -1,0 +1,146 @@
+"""Pre-flight's memory planner: hand-computed values, the GPU calibration, and refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.models.architectures import ARCHITECTURES
+from rlvr.train import memory_model as mm
+from rlvr.train import preflight
+from rlvr.train.config import compose, experiments
+from rlvr.train.memory_plan import Machine, main, plan, run_shape
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import memory_plan_vs_measured as calibration  # noqa: E402
+
+GIB = 2**30
+A100 = Machine("A100 80GB", 80 * GIB, 1152 * GIB, "test")
+GPU_EXPERIMENTS = [e for e in experiments() if compose(e).actor_rollout_ref.rollout.name == "vllm"]
+
+
+def test_hand_computed_update_of_qwen2_5_0_5b() -> None:
+    """Qwen2.5-0.5B-Instruct, one GPU, full fine-tuning in fp32, 16384 tokens, checkpointing."""
+    arch = ARCHITECTURES["qwen2.5-0.5b-instruct"]
+    run = calibration.one_gpu(16384, checkpointing=True)
+    # parameters: 151936*896 + 24*layer + 896, layer = 896*(896+128+128+896) + (896+128+128)
+    #   + 3*896*4864 + 2*896 = 14,912,384  ->  494,032,768
+    layer = 896 * (896 + 128 + 128 + 896) + (896 + 128 + 128) + 3 * 896 * 4864 + 2 * 896
+    assert layer == 14_912_384
+    assert mm.actor_params_bytes(arch, run) == 4 * 494_032_768
+    assert mm.optimizer_bytes(arch, run) == 8 * 494_032_768
+    assert mm.gradient_bytes(arch, run) == 4 * 494_032_768
+    # gathered: bf16 embeddings and two layers = 2 * (151936*896 + 2*14,912,384)
+    assert mm.gathered_bytes(arch) == 2 * (136_134_656 + 29_824_768)
+    # a token: 4 bf16 logits (8 * 151936) + 24 saved inputs (2 * 896 each) + 0.35 of one
+    # layer's 15*896 + 6.5*4864 + 11.5*(896 + 2*128) = 58,304 bytes
+    per_token = 8 * 151936 + 24 * 2 * 896 + 0.35 * 58_304
+    assert mm.update_activation_bytes(arch, 16384, True) == int(16384 * per_token)
+    assert mm.update_activation_bytes(arch, 16384, False) == (16384 * (8 * 151936 + 24 * 58_304))
+    # vLLM's KV cache: a key and a value of 2 heads x 64 per layer, bf16
+    assert mm.kv_bytes_per_token(arch, 1) == 2 * 24 * 128 * 2
+
+
+@pytest.mark.parametrize("model", sorted(ARCHITECTURES))
+def test_estimates_track_the_gpu_calibration(model: str) -> None:
+    """Every H200 measurement (log-prob and update peaks, checkpointing on and off, LoRA) is met
+    by the planner's estimate, and overestimated by less than 5%."""
+    results = json.loads(calibration.RESULTS.read_text())
+    rows = [row for row in calibration.comparisons(results) if row.model == model]
+    assert len(rows) >= 10
+    for row in rows:
+        assert 1.0 <= row.ratio < 1.05, row
+
+
+def test_the_calibration_comparison_can_fail() -> None:
+    """Negative control: without the logits' bf16 copies the update estimate falls short."""
+    arch = ARCHITECTURES["qwen3-4b-instruct-2507"]
+    run = calibration.one_gpu(24000, checkpointing=True)
+    measured = 99_304_390_656  # peak_allocated_bytes of that measurement
+    assert calibration.estimate(arch, run, True) >= measured
+    assert calibration.estimate(arch, run, True) - 24000 * 8 * arch.vocab_size < measured
+
+
+@pytest.mark.parametrize("experiment", GPU_EXPERIMENTS)
+def test_every_gpu_experiment_fits_the_gpu_it_declares(experiment: str) -> None:
+    config = compose(experiment)
+    memory = plan(config, dataclasses.replace(A100, gpu_bytes=None, host_bytes=None))
+    assert memory is not None
+    declared = config.hardware_facts
+    on = Machine(declared.gpu, declared.gpu_memory_gib * GIB, declared.host_memory_gib * GIB, "")
+    memory = plan(config, on)
+    assert memory is not None and memory.problems == [], memory.problems
+    assert memory.peak.bytes < 0.95 * on.gpu_bytes
+
+
+def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> None:
+    config = compose("countdown_qwen3_4b")
+    assert preflight._memory_problems(config) == []  # negative control: as shipped, it fits
+    table = capsys.readouterr().out
+    for phase in ("rollout (vLLM awake)", "log-prob passes", "actor update", "host RAM per node"):
+        assert f"pre-flight:   {phase}" in table
+    oversized = compose(
+        "countdown_qwen3_4b", ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=240000"]
+    )
+    problems = preflight._memory_problems(oversized)
+    assert len(problems) == 1 and "\n" not in problems[0]
+    assert "actor update" in problems[0]
+    assert "lower actor_rollout_ref.actor.ppo_max_token_len_per_gpu (240000 now" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        (["actor_rollout_ref.rollout.gpu_memory_utilization=0.95"], "gpu_memory_utilization"),
+        (["actor_rollout_ref.rollout.gpu_memory_utilization=0.1"], "raise it to at least"),
+        (
+            ["actor_rollout_ref.model.enable_gradient_checkpointing=false"],
+            "enable_gradient_checkpointing=true",
+        ),
+        (["trainer.n_gpus_per_node=1", "data.train_batch_size=8"], "train LoRA (adapter=lora32)"),
+    ],
+)
+def test_each_refusal_names_the_setting_to_change(overrides: list[str], setting: str) -> None:
+    gpu = A100 if len(overrides) == 1 else dataclasses.replace(A100, gpu_bytes=40 * GIB)
+    memory = plan(compose("countdown_qwen3_4b", overrides), gpu)
+    assert memory is not None and len(memory.problems) == 1, memory.problems
+    assert setting in memory.problems[0]
+
+
+def test_host_ram_is_checked_against_rays_memory_monitor() -> None:
+    config = compose("countdown_qwen3_4b")
+    small = dataclasses.replace(A100, host_bytes=100 * GIB)
+    memory = plan(config, small)
+    assert memory is not None and memory.problems[-1].startswith("host RAM: a node needs ~")
+    assert plan(config, A100).problems == []  # type: ignore[union-attr]
+
+
+def test_the_shape_comes_from_a_local_model_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shape = {"model_type": "llama", "num_hidden_layers": 30, "hidden_size": 576,
+             "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+             "vocab_size": 49152, "tie_word_embeddings": True}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(shape))
+    config = compose("countdown_qwen3_4b", [f"actor_rollout_ref.model.path={folder}"])
+    memory = plan(config, A100)
+    assert memory is not None and str(folder / "config.json") in memory.model
+    assert run_shape(config).update_tokens == 24000
+
+
+def test_cpu_runs_and_unknown_models_are_not_planned() -> None:
+    assert plan(compose("countdown_cpu"), A100) is None
+    unknown = compose("countdown_qwen3_4b", ["actor_rollout_ref.model.path=someone/unknown"])
+    assert plan(unknown, A100) is None
+
+
+def test_cli_plans_for_another_gpu(capsys) -> None:
+    assert main(["countdown_qwen3_4b", "--gpu_gib", "80"]) == 0
+    assert main(["countdown_qwen3_4b", "--gpu_gib", "40"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the 40.0 GiB of the GPU" in err[0], err
