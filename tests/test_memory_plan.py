@@ -82,7 +82,7 @@ def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> 
     config = compose("countdown_qwen3_4b")
     assert preflight._memory_problems(config) == []  # negative control: as shipped, it fits
     table = capsys.readouterr().out
-    for phase in ("rollout (vLLM awake)", "log-prob passes", "actor update", "host RAM per node"):
+    for phase in ("rollout (vLLM awake)", "log-prob pass", "actor update", "host RAM per node"):
         assert f"pre-flight:   {phase}" in table
     oversized = compose(
         "countdown_qwen3_4b", ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=240000"]

@@ -201,7 +201,7 @@ def gpu_phases(arch: Architecture, run: RunShape, capacity: int | None) -> list[
     )
     gathered = Part("gathered layers", gathered_bytes(arch))
     log_prob = Phase(
-        "log-prob passes",
+        "log-prob pass",
         [
             *resident,
             *loaded_parts(arch, run, optimizer=False),

@@ -250,6 +250,22 @@ def _host_problem(host: Phase, run: RunShape, machine: Machine) -> list[str]:
     ]
 
 
+def _gpu_problem(arch: Architecture, run: RunShape, gpu: Machine, over: list[Phase]) -> str:
+    """One line: every phase that does not fit, worst first, each with its fix; a fix already
+    named (the update's token cap also caps the log-prob passes, which follow it) is not
+    repeated."""
+    fixes = {"rollout": _rollout_fix, "log-prob": _log_prob_fix, "actor update": _update_fix}
+    said, settings = [], set()
+    for phase in over:
+        fix = next(f for prefix, f in fixes.items() if phase.name.startswith(prefix))
+        advice = fix(arch, run, gpu.gpu_bytes or 0)
+        setting = advice.split(" (")[0]
+        if setting not in settings:
+            said.append(f"the {phase.name} needs ~{_gib(phase.bytes)} a GPU: {advice}")
+            settings.add(setting)
+    return f"GPU memory over the {_gib(gpu.gpu_bytes or 0)} of the {gpu.gpu}: " + "; ".join(said)
+
+
 def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
     """The memory plan of a GPU run; None for the CPU path (the HF rollout) or an unknown shape."""
     if config.actor_rollout_ref.rollout.name != "vllm":
@@ -270,22 +286,11 @@ def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
         result.notes.append("GPU memory unknown: declare hardware_facts.gpu_memory_gib")
         return result
     result.notes, result.problems = _vllm_notes(arch, run, capacity)
-    fixes = {"rollout": _rollout_fix, "log-prob": _log_prob_fix, "actor update": _update_fix}
     over = sorted(
         (phase for phase in result.phases if phase.bytes > capacity), key=lambda p: -p.bytes
     )
-    if over:  # one line: every phase that does not fit, worst first, each with its fix
-        fixes = {"rollout": _rollout_fix, "log-prob": _log_prob_fix, "actor update": _update_fix}
-        said = [
-            f"the {phase.name} needs ~{_gib(phase.bytes)} a GPU: "
-            + next(fix for prefix, fix in fixes.items() if phase.name.startswith(prefix))(
-                arch, run, capacity
-            )
-            for phase in over
-        ]
-        result.problems.insert(
-            0, f"GPU memory over the {_gib(capacity)} of the {gpu.gpu}: " + "; ".join(said)
-        )
+    if over:
+        result.problems.insert(0, _gpu_problem(arch, run, gpu, over))
     result.problems += _host_problem(result.host, run, gpu)
     return result
 
