@@ -272,3 +272,23 @@ def test_checkpoint_bytes_against_the_budget(
     else:
         with pytest.raises(checks.RehearsalFailure, match="disk budget is wrong"):
             checks.checkpoint_bytes(tmp_path / "actor", config)
+
+
+@pytest.mark.parametrize(("copies", "passes"), [(1, True), (2, False)])
+def test_actor_state_per_rank_against_the_memory_planner(
+    tiny_model_dir: Path, tmp_path: Path, copies: int, passes: bool
+) -> None:
+    """Each rank holding 1/8 of the parameters and AdamW matches the planner at world size 8;
+    ranks holding twice that (a sharding the planner missed) are caught (negative control)."""
+    from rlvr.train.config import compose
+
+    config = compose(
+        "countdown_qwen3_4b", ["+rehearsal=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+    )
+    _fake_checkpoint(tmp_path / "actor", tiny_model_dir, 8, copies)
+    if passes:
+        line = checks.actor_state_per_rank(tmp_path / "actor", config, 8)
+        assert "(sharded over 8), ratio 1.0" in line
+    else:
+        with pytest.raises(checks.RehearsalFailure, match="memory planner's sharding is wrong"):
+            checks.actor_state_per_rank(tmp_path / "actor", config, 8)

@@ -45,7 +45,8 @@ def test_rehearsal_passes(experiment: str, tmp_path: Path) -> None:
     sys.stdout.write(done.output[-3000:])  # the report, in the CI log
     assert done.returncode == 0, done.output[-6000:]
     report = done.output[done.output.index("Rehearsal of") :]
-    steps = ["gradient scale", "devices", "shards", "huggingface", "wandb", "resumed", "cleanup"]
+    steps = ["gradient scale", "devices", "shards", "actor state", "huggingface", "wandb"]
+    steps += ["resumed", "cleanup"]
     if experiment.endswith("_2nodes"):
         steps.append("topology")
     for step in steps:

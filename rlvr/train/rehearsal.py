@@ -89,6 +89,8 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
         runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
         runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, _config(plan)))
+        state = lambda: checks.actor_state_per_rank(actor, _config(plan), world)  # noqa: E731
+        runner.step("actor state", state)
         lora_dir = actor / "lora_adapter" if plan.lora else None
         runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
         metrics = Path(_config(plan).paths.metrics)

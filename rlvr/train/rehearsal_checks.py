@@ -160,6 +160,38 @@ def checkpoint_bytes(actor_dir: Path, config: Any) -> str:
     return line
 
 
+def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
+    """Each rank's actor state, the tensors its model and optimizer shards hold, matches the
+    memory planner's per-GPU parameters + AdamW (rlvr/train/memory_model.py) within 10%: the
+    part of its estimate that is the same on CPU (sharding, HSDP replicas, dtype, LoRA)."""
+    import torch
+
+    from rlvr.train import memory_model
+    from rlvr.train.memory_plan import architecture, run_shape
+
+    found = architecture(config)
+    if found is None:
+        raise RehearsalFailure("actor state: the model's shape is unknown to the planner")
+    arch, run = found[0], run_shape(config)
+    planned = memory_model.actor_params_bytes(arch, run) + memory_model.optimizer_bytes(arch, run)
+    measured = []
+    for rank in range(world_size):
+        files = [
+            actor_dir / f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+            for kind in ("model", "optim")
+        ]
+        loaded = [torch.load(path, map_location="cpu", weights_only=False) for path in files]
+        measured.append(_tensor_bytes(loaded, set()))
+    ratio = max(measured) / planned
+    line = (
+        f"largest rank holds {max(measured):,} bytes of parameters + AdamW, the planner "
+        f"{planned:,} a GPU (sharded over {run.shard}), ratio {ratio:.3f}"
+    )
+    if abs(ratio - 1) > BUDGET_TOLERANCE:
+        raise RehearsalFailure(f"actor state: {line}; the memory planner's sharding is wrong")
+    return line
+
+
 def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
     """``actor/huggingface`` loads with zero missing/unexpected/mismatched keys; for LoRA it equals
     base + adapter merged by PEFT."""
