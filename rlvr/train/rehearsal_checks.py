@@ -155,8 +155,13 @@ def checkpoint_bytes(actor_dir: Path, config: Any) -> str:
         f"{measured:,} bytes written, {expected:,} budgeted (x{budget.replicas(config)} "
         f"replicas), ratio {ratio:.3f}"
     )
+    return _within_tolerance(ratio, line, "checkpoint bytes", "pre-flight's disk budget is wrong")
+
+
+def _within_tolerance(ratio: float, line: str, step: str, blame: str) -> str:
+    """``line`` when measured / expected is within 10% of 1, else the step's failure."""
     if abs(ratio - 1) > BUDGET_TOLERANCE:
-        raise RehearsalFailure(f"checkpoint bytes: {line}; pre-flight's disk budget is wrong")
+        raise RehearsalFailure(f"{step}: {line}; {blame}")
     return line
 
 
@@ -187,9 +192,7 @@ def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
         f"largest rank holds {max(measured):,} bytes of parameters + AdamW, the planner "
         f"{planned:,} a GPU (sharded over {run.shard}), ratio {ratio:.3f}"
     )
-    if abs(ratio - 1) > BUDGET_TOLERANCE:
-        raise RehearsalFailure(f"actor state: {line}; the memory planner's sharding is wrong")
-    return line
+    return _within_tolerance(ratio, line, "actor state", "the memory planner's sharding is wrong")
 
 
 def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
