@@ -421,3 +421,32 @@ def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
         hydra = _compose(experiment, [f"paths.root={tmp_path}"])
         assert ours == OmegaConf.to_container(hydra, resolve=True), experiment
         assert str(tmp_path) in ours["trainer"]["default_local_dir"]  # type: ignore[index]
+
+
+ONE_GPU = {"gsm8k_qwen2_5_0_5b_1gpu": 0, "countdown_qwen2_5_3b_lora_1gpu": 32}  # LoRA rank
+
+
+@pytest.mark.parametrize("experiment", sorted(ONE_GPU))
+def test_one_gpu_experiments_fit_beside_vllm(experiment: str) -> None:
+    """vLLM's share and the FSDP state it wakes beside fit one 80 GB GPU with room to spare (the
+    planner with hardware/h100x1.yaml's declared GPU, not this machine's); a full fine-tune of the
+    3B model with vLLM at 0.6 of the GPU is the negative control."""
+    from rlvr.train.memory_plan import Machine, plan
+
+    def planned(overrides: list[str]) -> Any:
+        config = compose(experiment, overrides)
+        facts = config.hardware_facts
+        gpu = Machine(facts.gpu, int(facts.gpu_memory_gib * 2**30), None, "declared")
+        return plan(config, gpu)
+
+    config = compose(experiment)
+    assert config.trainer.n_gpus_per_node * config.trainer.nnodes == 1
+    assert config.actor_rollout_ref.model.lora_rank == ONE_GPU[experiment]
+    fits = planned([])
+    assert fits.problems == [] and fits.peak.bytes < 0.75 * fits.machine.gpu_bytes
+    too_big = [
+        "base_model=qwen2_5_3b",
+        "adapter=none",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+    ]
+    assert planned(too_big).problems
