@@ -62,7 +62,13 @@ def test_model_path_must_exist_or_be_a_hub_id(ready_root: Path) -> None:
 
 def test_gpu_count_must_fit(ready_root: Path) -> None:
     problems = check(compose("countdown_qwen3_4b", root=ready_root), visible_gpus=4)
-    assert any("n_gpus_per_node=8 but this node sees 4" in p for p in problems)
+    refusal = [p for p in problems if "n_gpus_per_node=8 but this node sees 4" in p]
+    # the single-GPU recipe of the same task is named, no GSM8K one
+    assert len(refusal) == 1 and refusal[0].endswith(
+        "or an experiment for that many: countdown_qwen2_5_3b_lora_1gpu"
+    )
+    zero = check(compose("countdown_qwen3_4b", root=ready_root), visible_gpus=0)
+    assert any(p.endswith("(hardware=cpu without GPUs)") for p in zero)
 
 
 def test_broken_reward_is_reported(ready_root: Path, tmp_path: Path) -> None:

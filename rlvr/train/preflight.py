@@ -195,11 +195,30 @@ def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
 
         visible_gpus = torch.cuda.device_count()
     if visible_gpus < wanted:
+        fitting = _experiments_for(config, visible_gpus)
+        hint = f", or an experiment for that many: {', '.join(fitting)}" if fitting else ""
         return [
             f"trainer.n_gpus_per_node={wanted} but this node sees {visible_gpus} GPU(s); pick "
-            "a hardware overlay that fits (hardware=cpu without GPUs)"
+            f"a hardware overlay that fits (hardware=cpu without GPUs){hint}"
         ]
     return []
+
+
+def _experiments_for(config: Any, gpus: int) -> list[str]:
+    """The GPU experiments of the same task that run on one node of ``gpus`` GPUs."""
+    from rlvr.train.config import compose, experiments
+
+    task = tasks.for_config(config)
+    if gpus < 1 or task is None:
+        return []
+    found = []
+    for name in experiments():
+        other = compose(name)
+        fits = other.trainer.nnodes == 1 and other.trainer.n_gpus_per_node <= gpus
+        on_gpus = other.actor_rollout_ref.rollout.name == "vllm"
+        if fits and on_gpus and tasks.for_config(other) == task:
+            found.append(name)
+    return found
 
 
 def _memory_problems(config: Any) -> list[str]:
