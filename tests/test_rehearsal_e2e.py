@@ -25,6 +25,7 @@ EXPERIMENTS = {
     # experiment: (extra arguments, seconds allowed)
     "countdown_qwen3_4b": ([], 1500),
     "countdown_qwen3_4b_lora": ([], 1500),
+    "countdown_qwen2_5_3b_lora_1gpu": ([], 1500),
     # as a user types it: on this 24 GiB machine it picks 2 nodes x 4 ranks (2 x 8 does not fit)
     "countdown_qwen3_4b_2nodes": ([], 2400),
 }
