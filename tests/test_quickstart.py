@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.no_cuda  # with GPUs the quickstart runs the 8-GPU recipe instead
+@pytest.mark.no_cuda  # with GPUs the quickstart runs a GPU recipe instead
 def test_quickstart_tiny(tmp_path: Path) -> None:
     env = {**os.environ, "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
     output = run_bounded(
