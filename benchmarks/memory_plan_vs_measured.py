@@ -41,9 +41,9 @@ class Row:
 def one_gpu(tokens: int, checkpointing: bool, lora_parameters: int = 0) -> RunShape:
     """The calibration's setting in the planner's terms."""
     return RunShape(
-        gpus_per_node=1, shard=1, ref_shard=1, lora_parameters=lora_parameters, actor_dtype_bytes=4,
+        gpus_per_node=1, shard=1, lora_parameters=lora_parameters, actor_dtype_bytes=4,
         ref_dtype_bytes=4, param_offload=False, optimizer_offload=False, has_ref=False,
-        ref_offload=False, checkpointing=checkpointing, update_tokens=tokens,
+        checkpointing=checkpointing, update_tokens=tokens,
         log_prob_tokens=tokens, vllm_fraction=0.0, tensor_parallel=1, rows_per_engine=0,
         tokens_per_row=0, vllm_sleep_level=1, hf_model_saved=False,
     )  # fmt: skip

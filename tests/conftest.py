@@ -99,3 +99,12 @@ def cpu_launch(work: Path, experiment_name: str) -> tuple[list[str], dict[str, s
         f"trainer.experiment_name={experiment_name}",
     ]
     return cmd, env
+
+
+@pytest.fixture(autouse=True)
+def _plan_memory_for_the_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-flight's memory planner checks this machine's GPU when it has one; the tests check
+    configs against the GPU their hardware overlay declares, wherever they run."""
+    from rlvr.train import memory_plan
+
+    monkeypatch.setattr(memory_plan, "_visible_gpu", lambda: None)

@@ -72,7 +72,9 @@ def test_every_gpu_experiment_fits_the_gpu_it_declares(experiment: str) -> None:
     memory = plan(config, dataclasses.replace(A100, gpu_bytes=None, host_bytes=None))
     assert memory is not None
     declared = config.hardware_facts
-    on = Machine(declared.gpu, declared.gpu_memory_gib * GIB, declared.host_memory_gib * GIB, "")
+    on = Machine(
+        declared.gpu, int(declared.gpu_memory_gib * GIB), int(declared.host_memory_gib * GIB), ""
+    )
     memory = plan(config, on)
     assert memory is not None and memory.problems == [], memory.problems
     assert memory.peak.bytes < 0.95 * on.gpu_bytes
@@ -91,6 +93,7 @@ def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> 
     assert len(problems) == 1 and "\n" not in problems[0]
     assert "actor update" in problems[0]
     assert "lower actor_rollout_ref.actor.ppo_max_token_len_per_gpu (240000 now" in problems[0]
+    assert "log-prob" not in problems[0]  # the same cap, named once
 
 
 @pytest.mark.parametrize(
@@ -130,7 +133,7 @@ def test_the_shape_comes_from_a_local_model_folder(tmp_path: Path) -> None:
     config = compose("countdown_qwen3_4b", [f"actor_rollout_ref.model.path={folder}"])
     memory = plan(config, A100)
     assert memory is not None and str(folder / "config.json") in memory.model
-    assert run_shape(config).update_tokens == 24000
+    assert run_shape(config, ARCHITECTURES["qwen2.5-0.5b-instruct"]).update_tokens == 24000
 
 
 def test_cpu_runs_and_unknown_models_are_not_planned() -> None:
@@ -144,3 +147,58 @@ def test_cli_plans_for_another_gpu(capsys) -> None:
     assert main(["countdown_qwen3_4b", "--gpu_gib", "40"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the 40.0 GiB of the GPU" in err[0], err
+
+
+def test_verls_own_memory_rules() -> None:
+    """verl 0.6.1, not the config's wording: the reference lives in host RAM whatever
+    ref.param_offload says; layered_summon (LoRA) keeps vLLM's weights in host RAM while it
+    sleeps (level 1), full fine-tuning drops them (level 2); a LoRA actor has no reference."""
+    full = plan(
+        compose("countdown_qwen3_4b", ["actor_rollout_ref.ref.fsdp_config.param_offload=false"]),
+        A100,
+    )
+    assert full is not None
+    assert all("ref" not in part.name for phase in full.phases for part in phase.parts)
+    host = {part.name for part in full.host.parts}
+    assert "reference" in host and "vLLM weights asleep" not in host
+    lora = plan(compose("countdown_qwen3_4b_lora"), A100)
+    assert lora is not None
+    assert {"vLLM weights asleep"} <= {p.name for p in lora.host.parts}
+    assert "reference" not in {p.name for p in lora.host.parts}
+
+
+def test_lora_size_comes_from_the_models_shape() -> None:
+    """A LoRA run on another base model counts that model's adapters, not the overlay's facts."""
+    arch = ARCHITECTURES["qwen2.5-1.5b-instruct"]
+    config = compose("countdown_qwen3_4b_lora", [f"actor_rollout_ref.model.path={arch.hf_id}"])
+    from rlvr.models.architectures import lora_parameters_per_rank
+
+    assert run_shape(config, arch).lora_parameters == 32 * lora_parameters_per_rank(arch)
+
+
+def test_fixed_micro_batches_name_the_micro_batch_size() -> None:
+    overrides = [
+        "actor_rollout_ref.actor.use_dynamic_bsz=false",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+    ]
+    memory = plan(compose("countdown_qwen3_4b", overrides), A100)
+    assert memory is not None and len(memory.problems) == 1
+    assert (
+        "lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (64 now; about"
+        in memory.problems[0]
+    )
+
+
+def test_a_plan_near_the_limit_gets_a_note_and_bad_flags_are_refused(capsys) -> None:
+    memory = plan(compose("countdown_qwen3_4b"), dataclasses.replace(A100, gpu_bytes=46 * GIB))
+    assert memory is not None and memory.problems == []
+    assert any("actor update fills 93% of the GPU" in note for note in memory.notes), memory.notes
+    with pytest.raises(SystemExit):
+        main(["countdown_qwen3_4b", "--gpu_gib", "0"])
+    assert "must be a number of GiB > 0" in capsys.readouterr().err
+
+
+def test_host_ram_is_checked_when_the_gpu_is_unknown() -> None:
+    small = Machine("GPU", None, 50 * GIB, "test")
+    memory = plan(compose("countdown_qwen3_4b"), small)
+    assert memory is not None and memory.problems[0].startswith("host RAM: a node needs ~")

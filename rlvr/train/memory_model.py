@@ -8,10 +8,15 @@ What verl holds when (verl/workers/fsdp_workers.py, verl/workers/actor/dp_actor.
   exist only during the update (``update_policy`` ends with ``zero_grad()``, which frees them).
 - The reference model (when a KL term is on and the actor is not LoRA: a LoRA actor is its own
   reference with the adapters off) is the same model in ``ref.fsdp_config.model_dtype`` (fp32 by
-  default); with ``param_offload`` it stays in host RAM and FSDP streams it in layer by layer.
+  default), on the actor's device mesh. verl always keeps it in host RAM, whatever
+  ``ref.fsdp_config.param_offload`` says ("We force reference policy to use CPUOffload":
+  ``_build_model_optimizer``), and FSDP streams it in layer by layer.
 - ``rollout_mode`` wakes vLLM, which takes ``gpu_memory_utilization`` x the GPU's memory (its
-  weights, activations and KV cache); ``trainer_mode`` puts it to sleep (level 1: weights to host
-  RAM, KV cache dropped; level 2, for LoRA with ``layered_summon``: both dropped).
+  weights, activations and KV cache), plus its CUDA graphs, captured after the KV cache is sized;
+  ``trainer_mode`` puts it to sleep: level 2 drops weights and KV cache, level 1 (forced by
+  ``layered_summon``, the LoRA setting) keeps the weights in host RAM
+  (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py; level 2 is verl's default from vLLM
+  0.8.5 on, verl/third_party/vllm/__init__.py).
 - Activations per micro batch scale with its token count, capped by ``ppo_max_token_len_per_gpu``
   (update) and ``log_prob_max_token_len_per_gpu`` (log-prob passes) under dynamic batching.
 
@@ -51,6 +56,8 @@ LOG_PROB_WORKSPACE_BYTES = GIB // 2
 # (activations of its profiling run, CUDA graphs).
 GPU_RUNTIME_BYTES = int(1.5 * GIB)
 VLLM_NON_KV_BYTES = 2 * GIB
+# vLLM's CUDA graphs (``enforce_eager: false``), outside its ``gpu_memory_utilization`` share.
+VLLM_CUDA_GRAPH_BYTES = GIB
 # Host RAM of one GPU worker process (Python, torch, CUDA, verl, vLLM in the same process), and of
 # the driver with Ray's daemons: allowances, rounded up.
 HOST_PER_WORKER_BYTES = 8 * GIB
@@ -62,15 +69,13 @@ class RunShape:
     """The settings of a run that size its memory (rlvr/train/memory_plan.py reads them)."""
 
     gpus_per_node: int
-    shard: int  # ranks the actor is sharded over (fsdp_size, or the world size)
-    ref_shard: int
+    shard: int  # ranks the actor (and the reference, on its mesh) is sharded over
     lora_parameters: int  # 0: full fine-tuning
     actor_dtype_bytes: int
     ref_dtype_bytes: int
     param_offload: bool
     optimizer_offload: bool
     has_ref: bool
-    ref_offload: bool
     checkpointing: bool
     update_tokens: int  # per micro batch, per GPU
     log_prob_tokens: int
@@ -80,6 +85,13 @@ class RunShape:
     tokens_per_row: int  # prompt + response budget
     vllm_sleep_level: int  # 1: weights to host RAM while asleep; 2: dropped
     hf_model_saved: bool
+    vllm_cuda_graphs: bool = True  # enforce_eager false
+    # The settings that cap a micro batch, and the tokens in one unit of each (1 for a token cap
+    # under dynamic batching, a whole row's budget for a micro batch size in rows).
+    update_key: str = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    log_prob_key: str = "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
+    update_unit: int = 1
+    log_prob_unit: int = 1
 
 
 def parameters(arch: Architecture, run: RunShape) -> tuple[int, int]:
@@ -104,7 +116,7 @@ def gradient_bytes(arch: Architecture, run: RunShape) -> int:
 
 
 def ref_params_bytes(arch: Architecture, run: RunShape) -> int:
-    return parameter_count(arch) * run.ref_dtype_bytes // run.ref_shard if run.has_ref else 0
+    return parameter_count(arch) * run.ref_dtype_bytes // run.shard if run.has_ref else 0
 
 
 def gathered_bytes(arch: Architecture) -> int:
@@ -165,8 +177,6 @@ def resident_parts(arch: Architecture, run: RunShape) -> list[Part]:
         parts.append(Part("actor params", actor_params_bytes(arch, run)))
     if not run.optimizer_offload:
         parts.append(Part("AdamW", optimizer_bytes(arch, run)))
-    if run.has_ref and not run.ref_offload:
-        parts.append(Part("ref params", ref_params_bytes(arch, run)))
     return parts
 
 
@@ -195,9 +205,14 @@ def gpu_phases(arch: Architecture, run: RunShape, capacity: int | None) -> list[
     """Each GPU's peak in the three phases of a step; ``capacity`` sizes vLLM's share."""
     resident = resident_parts(arch, run)
     vllm = int(run.vllm_fraction * capacity) if capacity else 0
+    graphs = VLLM_CUDA_GRAPH_BYTES if run.vllm_cuda_graphs else 0
     rollout = Phase(
         "rollout (vLLM awake)",
-        [*resident, Part(f"vLLM ({run.vllm_fraction:g} of the GPU)", vllm)],
+        [
+            *resident,
+            Part(f"vLLM ({run.vllm_fraction:g} of the GPU)", vllm),
+            Part("vLLM CUDA graphs (allowance)", graphs),
+        ],
     )
     gathered = Part("gathered layers", gathered_bytes(arch))
     log_prob = Phase(
@@ -246,8 +261,8 @@ def host_phase(arch: Architecture, run: RunShape) -> Phase:
         parts.append(Part("offloaded actor parameters", node * actor_params_bytes(arch, run)))
     if run.optimizer_offload:
         parts.append(Part("offloaded AdamW state", node * optimizer_bytes(arch, run)))
-    if run.has_ref and run.ref_offload:
-        parts.append(Part("offloaded reference", node * ref_params_bytes(arch, run)))
+    if run.has_ref:  # verl keeps the reference in host RAM (module docstring)
+        parts.append(Part("reference", node * ref_params_bytes(arch, run)))
     if run.vllm_sleep_level == 1:
         parts.append(
             Part("vLLM weights asleep", node * vllm_weight_bytes(arch, run.tensor_parallel))

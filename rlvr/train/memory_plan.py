@@ -20,18 +20,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlvr.models.architectures import Architecture, by_hf_id, from_config_json
+from rlvr.models.architectures import (
+    Architecture,
+    by_hf_id,
+    from_config_json,
+    lora_parameters_per_rank,
+    parameter_count,
+)
 from rlvr.train import memory_model as mm
-from rlvr.train.checkpoint_budget import DTYPE_BYTES, lora_rank, model_size
+from rlvr.train.checkpoint_budget import DTYPE_BYTES, lora_rank
 from rlvr.train.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
 
 ACTOR = "actor_rollout_ref.actor"
-TOKENS_KEY = f"{ACTOR}.ppo_max_token_len_per_gpu"
-LOG_PROB_KEY = "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
 UTILIZATION_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"
 # Ray's memory monitor kills a worker once the node's memory use passes this share
 # (RAY_memory_usage_threshold, https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html).
 RAY_MEMORY_THRESHOLD = 0.95
+# Suggested settings aim the peak at this share of the GPU, and a plan above it gets a note:
+# the estimate leaves out allocator fragmentation (PyTorch's reserved minus allocated).
+FILL_LIMIT = 0.9
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,13 @@ def architecture(config: Any) -> tuple[Architecture, str] | None:
     declared = Path(path).expanduser() / "config.json"
     if declared.is_file():
         try:
-            return from_config_json(json.loads(declared.read_text()), path), str(declared)
+            arch = from_config_json(json.loads(declared.read_text()), path)
+            parameter_count(arch)  # ValueError: a model type the formulas do not know
+            return arch, str(declared)
         except (KeyError, TypeError, ValueError):
             return None
-    arch = by_hf_id(path)
-    return None if arch is None else (arch, "rlvr/models/architectures.py")
+    known = by_hf_id(path)
+    return None if known is None else (known, "rlvr/models/architectures.py")
 
 
 def _shard(fsdp: Any, world: int) -> int:
@@ -89,57 +98,76 @@ def _shard(fsdp: Any, world: int) -> int:
     return size if 0 < size < world else world
 
 
-def run_shape(config: Any) -> RunShape:
+def _micro_batch(
+    settings: Any, dynamic: bool, cap_key: str, size_key: str, world: int, row: int
+) -> tuple[int, str, int]:
+    """(tokens a micro batch holds at most, the setting that caps it, tokens in one unit of that
+    setting): a token cap under dynamic batching, else a micro batch size in rows (per GPU, or
+    verl's global one, which its worker divides by the world size)."""
+    if dynamic:
+        tokens = int(settings.get(cap_key) or 16384)  # verl's default cap
+        return tokens, cap_key, 1
+    rows = settings.get(f"{size_key}_per_gpu")
+    if rows is None and settings.get(size_key):
+        rows, size_key = max(1, int(settings.get(size_key)) // world), size_key
+    else:
+        size_key = f"{size_key}_per_gpu"
+    return int(rows or 1) * row, size_key, row
+
+
+def run_shape(config: Any, arch: Architecture) -> RunShape:
     """The settings that size memory, read from the composed config."""
-    model, actor, ref, rollout = (
-        config.actor_rollout_ref[k] for k in ("model", "actor", "ref", "rollout")
-    )
+    model, actor, rollout = (config.actor_rollout_ref[k] for k in ("model", "actor", "rollout"))
+    ref = config.actor_rollout_ref.ref
     per_node, nodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
     world, tp = per_node * nodes, int(rollout.get("tensor_model_parallel_size", 1) or 1)
     rank = lora_rank(config)
-    size = model_size(config)
-    lora_params = 0
-    if rank and size is not None and size.lora_params_per_rank:
-        lora_params = rank * size.lora_params_per_rank
-    update_tokens = int(actor.ppo_max_token_len_per_gpu)
-    log_prob_tokens = int(rollout.get("log_prob_max_token_len_per_gpu") or update_tokens)
-    if not actor.get("use_dynamic_bsz"):  # fixed micro batches of whole rows
-        row = int(config.data.max_prompt_length) + int(config.data.max_response_length)
-        update_tokens = int(actor.get("ppo_micro_batch_size_per_gpu") or 1) * row
-        log_prob_tokens = int(rollout.get("log_prob_micro_batch_size_per_gpu") or 1) * row
+    row = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    update = _micro_batch(
+        actor, bool(actor.get("use_dynamic_bsz")), "ppo_max_token_len_per_gpu",
+        "ppo_micro_batch_size", world, row,
+    )  # fmt: skip
+    log_prob = _micro_batch(
+        rollout, bool(rollout.get("log_prob_use_dynamic_bsz")), "log_prob_max_token_len_per_gpu",
+        "log_prob_micro_batch_size", world, row,
+    )  # fmt: skip
     kl = actor.get("use_kl_loss") or config.algorithm.get("use_kl_in_reward")
+    # A LoRA actor is its own reference (adapters off): verl's ref_in_actor.
+    own_ref = rank > 0 or bool(model.get("lora_adapter_path"))
     return RunShape(
         gpus_per_node=per_node,
-        shard=_shard(actor.fsdp_config, world),
-        ref_shard=_shard(ref.fsdp_config, world),
-        lora_parameters=lora_params,
+        shard=_shard(actor.fsdp_config, world),  # the reference shares the actor's mesh
+        lora_parameters=rank * lora_parameters_per_rank(arch) if rank else 0,
         actor_dtype_bytes=DTYPE_BYTES[str(actor.fsdp_config.get("model_dtype") or "fp32")],
         ref_dtype_bytes=DTYPE_BYTES[str(ref.fsdp_config.get("model_dtype") or "fp32")],
         param_offload=bool(actor.fsdp_config.get("param_offload")),
         optimizer_offload=bool(actor.fsdp_config.get("optimizer_offload")),
-        has_ref=bool(kl) and rank == 0,  # a LoRA actor is its own reference (adapters off)
-        ref_offload=bool(ref.fsdp_config.get("param_offload")),
+        has_ref=bool(kl) and not own_ref,
         checkpointing=bool(model.get("enable_gradient_checkpointing")),
-        update_tokens=update_tokens,
-        log_prob_tokens=log_prob_tokens,
+        update_tokens=update[0],
+        log_prob_tokens=log_prob[0],
         vllm_fraction=float(rollout.get("gpu_memory_utilization", 0.5)),
         tensor_parallel=tp,
         rows_per_engine=int(config.data.train_batch_size) * int(rollout.n) * tp // world,
-        tokens_per_row=int(config.data.max_prompt_length) + int(config.data.max_response_length),
-        vllm_sleep_level=2 if rank and rollout.get("layered_summon") else 1,
+        tokens_per_row=row,
+        # verl: layered_summon forces level 1, otherwise level 2 (vLLM >= 0.8.5)
+        vllm_sleep_level=1 if rollout.get("layered_summon") else 2,
         hf_model_saved="hf_model" in set(actor.checkpoint.save_contents),
+        vllm_cuda_graphs=not rollout.get("enforce_eager", False),
+        update_key=f"{ACTOR}.{update[1]}",
+        log_prob_key=f"actor_rollout_ref.rollout.{log_prob[1]}",
+        update_unit=update[2],
+        log_prob_unit=log_prob[2],
     )
 
 
 def machine(config: Any) -> Machine:
     """This machine's first GPU and RAM when it has a GPU, else what the overlay declares."""
-    import psutil
-    import torch
+    visible = _visible_gpu()
+    if visible is not None:
+        import psutil
 
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        host = psutil.virtual_memory().total
-        return Machine(props.name, props.total_memory, host, "this machine's")
+        return Machine(*visible, psutil.virtual_memory().total, "this machine's")
     facts = config.get("hardware_facts") or {}
     gpu_gib, host_gib = facts.get("gpu_memory_gib"), facts.get("host_memory_gib")
     return Machine(
@@ -150,12 +178,26 @@ def machine(config: Any) -> Machine:
     )
 
 
-def _tokens_fix(key: str, now: int, fixed: int, per_token: float, capacity: int) -> str:
-    """Lower a token cap: to the largest value that fits, when one does."""
-    room = capacity - fixed
-    if room <= 0 or per_token <= 0:
-        return f"lower {key} ({now} now)"
-    return f"lower {key} ({now} now; up to about {int(room / per_token) // 1000 * 1000} fits)"
+def _visible_gpu() -> tuple[str, int] | None:
+    """The name and memory of this machine's first GPU (tests stand one in, or none)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return props.name, int(props.total_memory)
+
+
+def _cap_fix(key: str, unit: int, now: int, fixed: int, per_token: float, capacity: int) -> str:
+    """Lower a micro-batch cap (``unit`` tokens per unit of ``key``) to what fits in 90% of the
+    GPU, when something does."""
+    room = FILL_LIMIT * capacity - fixed
+    units = int(room / per_token) // unit if room > 0 and per_token > 0 else 0
+    if unit == 1:
+        units = units // 1000 * 1000
+    if units <= 0:
+        return f"lower {key} ({now // unit} now)"
+    return f"lower {key} ({now // unit} now; about {units} fits in {FILL_LIMIT:.0%} of the GPU)"
 
 
 def _gib(value: float) -> str:
@@ -178,26 +220,31 @@ def _update_fix(arch: Architecture, run: RunShape, capacity: int) -> str:
             f"{run.tokens_per_row}-token response: train LoRA (adapter=lora32) or shard it over "
             "more GPUs (trainer.n_gpus_per_node)"
         )
-    return _tokens_fix(TOKENS_KEY, run.update_tokens, fixed, per_token, capacity)
+    unit = run.update_unit
+    return _cap_fix(run.update_key, unit, run.update_tokens, fixed, per_token, capacity)
 
 
 def _log_prob_fix(arch: Architecture, run: RunShape, capacity: int) -> str:
     fixed = gpu_phases(arch, replace(run, log_prob_tokens=0), capacity)[1].bytes
-    key = TOKENS_KEY if run.log_prob_tokens == run.update_tokens else f"{LOG_PROB_KEY} (and ref's)"
+    # verl's log-prob caps follow the update's token cap unless set: name the one the user sets
+    follows = run.update_unit == run.log_prob_unit == 1 and run.log_prob_tokens == run.update_tokens
+    key = run.update_key if follows else f"{run.log_prob_key} (and ref's)"
     per_token = (
         mm.log_prob_activation_bytes(arch, 2000) - mm.log_prob_activation_bytes(arch, 1000)
     ) / 1000
-    return _tokens_fix(key, run.log_prob_tokens, fixed, per_token, capacity)
+    unit = run.log_prob_unit
+    return _cap_fix(key, unit, run.log_prob_tokens, fixed, per_token, capacity)
 
 
 def _rollout_fix(arch: Architecture, run: RunShape, capacity: int) -> str:
-    kept = sum(part.bytes for part in mm.resident_parts(arch, run))
+    rollout = gpu_phases(arch, replace(run, vllm_fraction=0.0), capacity)[0]
+    kept = rollout.bytes  # everything but vLLM's share
     needed = mm.vllm_weight_bytes(arch, run.tensor_parallel) + mm.VLLM_NON_KV_BYTES
-    most = (capacity - kept) / capacity
+    most = (FILL_LIMIT * capacity - kept) / capacity
     if most * capacity > needed * 1.2:
         return (
-            f"lower {UTILIZATION_KEY} ({run.vllm_fraction:g} now; at most {most:.2f} fits beside "
-            f"the {_gib(kept)} the actor keeps)"
+            f"lower {UTILIZATION_KEY} ({run.vllm_fraction:g} now; {most:.2f} fills "
+            f"{FILL_LIMIT:.0%} of the GPU beside the {_gib(kept)} the actor keeps)"
         )
     for flag, on in (
         ("optimizer_offload", run.optimizer_offload),
@@ -274,7 +321,7 @@ def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
     if found is None:
         return None
     arch, source = found
-    run, gpu = run_shape(config), on or machine(config)
+    run, gpu = run_shape(config, arch), on or machine(config)
     capacity = gpu.gpu_bytes
     result = MemoryPlan(
         f"{arch.hf_id} (shape from {source})",
@@ -282,17 +329,31 @@ def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
         gpu_phases(arch, run, capacity),
         host_phase(arch, run),
     )
+    result.problems = _host_problem(result.host, run, gpu)
     if capacity is None:
         result.notes.append("GPU memory unknown: declare hardware_facts.gpu_memory_gib")
         return result
-    result.notes, result.problems = _vllm_notes(arch, run, capacity)
+    notes, problems = _vllm_notes(arch, run, capacity)
+    result.notes += notes
     over = sorted(
         (phase for phase in result.phases if phase.bytes > capacity), key=lambda p: -p.bytes
     )
     if over:
-        result.problems.insert(0, _gpu_problem(arch, run, gpu, over))
-    result.problems += _host_problem(result.host, run, gpu)
+        problems.insert(0, _gpu_problem(arch, run, gpu, over))
+    elif result.peak.bytes > FILL_LIMIT * capacity:
+        result.notes.append(
+            f"the {result.peak.name} fills {result.peak.bytes / capacity:.0%} of the GPU: it "
+            "should fit, with little room for allocator fragmentation or a longer batch"
+        )
+    result.problems = problems + result.problems
     return result
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be a number of GiB > 0")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,8 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", help="an experiment in configs/ (e.g. countdown_qwen3_4b)")
     parser.add_argument("overrides", nargs="*", help="hydra overrides, key=value")
-    parser.add_argument("--gpu_gib", type=float, help="plan for a GPU of this many GiB")
-    parser.add_argument("--host_gib", type=float, help="plan for nodes with this much RAM (GiB)")
+    parser.add_argument("--gpu_gib", type=_positive, help="plan for a GPU of this many GiB")
+    parser.add_argument(
+        "--host_gib", type=_positive, help="plan for nodes with this much RAM (GiB)"
+    )
     args = parser.parse_args(argv)
     try:
         config = compose_checked(args.experiment, args.overrides)

@@ -177,7 +177,8 @@ def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
     found = architecture(config)
     if found is None:
         raise RehearsalFailure("actor state: the model's shape is unknown to the planner")
-    arch, run = found[0], run_shape(config)
+    arch = found[0]
+    run = run_shape(config, arch)
     planned = memory_model.actor_params_bytes(arch, run) + memory_model.optimizer_bytes(arch, run)
     measured = []
     for rank in range(world_size):
