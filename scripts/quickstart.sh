@@ -77,6 +77,9 @@ if [[ "$GPUS" -gt 0 ]]; then
     echo "== $GPUS GPU(s) ($GPUS_FROM): the Countdown recipe that fits"
     # Its one line on stderr says how many of the GPUs the recipe uses, and why.
     EXPERIMENT="$("${PY[@]}" -m rlvr.train.gpu_recipes --gpus "$GPUS")" || exit $?
+    # Will it fit the GPU (this machine's, or the one the recipe declares)? Asked before any
+    # download; the launcher's pre-flight asks again.
+    "${PY[@]}" -m rlvr.train.memory_plan "$EXPERIMENT" || exit $?
     PREP=("${PY[@]}" scripts/data_prep_countdown.py)
     GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
     if [[ "$DRY_RUN" == 1 ]]; then

@@ -28,8 +28,9 @@ from conftest import run_bounded
 from rlvr.evaluation.paired import paired_deltas
 
 ROOT = Path(__file__).resolve().parents[1]
-# the CPU path: with GPUs the quickstart runs a GPU recipe instead (--gpus 0 forces this one). The whole test (about
-# 20 minutes) outlasts the suite's 900 s per test; each command has its own bound below.
+# the CPU path: with GPUs the quickstart runs a GPU recipe instead (--gpus 0 forces this one).
+# The whole test (about 20 minutes) outlasts the suite's 900 s per test; each command has its own
+# bound below.
 pytestmark = [pytest.mark.slow, pytest.mark.no_cuda, pytest.mark.timeout(3600)]
 
 
