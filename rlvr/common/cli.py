@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -21,3 +22,19 @@ def docstring_parser(doc: str) -> OneLineParser:
     return OneLineParser(
         description=headline, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse

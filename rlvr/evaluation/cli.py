@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.common.cli import OneLineParser
+from rlvr.common.cli import OneLineParser, int_in
 from rlvr.common.files import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.evaluation import metrics
@@ -50,22 +50,6 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"format_score\": 0.1}'")
     return value
-
-
-def int_in(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: an integer in [low, high]."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
-        return value
-
-    parse.__name__ = f"integer in [{low}, {high}]"
-    return parse
 
 
 def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:

@@ -84,8 +84,7 @@ def _gpus(count: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rlvr.common.cli import OneLineParser
-    from rlvr.evaluation.cli import int_in
+    from rlvr.common.cli import OneLineParser, int_in
 
     parser = OneLineParser(
         prog="python -m rlvr.train.gpu_recipes",
