@@ -6,12 +6,20 @@
 # prints one line on the script's own stderr (a stage may be redirected to a log) and exits
 # 128 + the signal.
 STAGE_PID=""
+STAGE_STARTING=""  # set from just before a stage starts until STAGE_PID names it
+STAGE_BEFORE=""    # $! before it started
 STOP_NOTE=""  # appended to the stop line, e.g. where the outputs so far are
 exec 3>&2
 stop_stage() {  # SCRIPT SIGNAL
-    if [[ -n "$STAGE_PID" ]]; then
-        kill -TERM "$STAGE_PID" 2>/dev/null || true
-        wait "$STAGE_PID" || true
+    local pid="$STAGE_PID"
+    # A signal between `&` and `STAGE_PID=$!` (bash runs traps between commands): the stage
+    # has started, and $! already names it; without this it would outlive the script.
+    if [[ -z "$pid" && -n "$STAGE_STARTING" && "${!:-}" != "$STAGE_BEFORE" ]]; then
+        pid="$!"
+    fi
+    if [[ -n "$pid" ]]; then
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" || true
     fi
     echo "$1: SIG$2: stopped the running stage${STOP_NOTE:+; $STOP_NOTE}" >&3
     exit $((128 + $(kill -l "$2")))
@@ -24,8 +32,11 @@ stop_on_signals() {  # SCRIPT: the name the stop line starts with
     done
 }
 stage() {  # COMMAND...: run it as a stage; its exit status is the stage's
+    STAGE_BEFORE="${!:-}"
+    STAGE_STARTING=1
     "$@" &
     STAGE_PID=$!
+    STAGE_STARTING=""
     local status=0
     wait "$STAGE_PID" || status=$?
     STAGE_PID=""

@@ -61,3 +61,27 @@ def test_negative_control_a_foreground_command_holds_the_trap_back(tmp_path: Pat
     os.kill(child, signal.SIGKILL)
     script.communicate(timeout=30)
     assert script.returncode == 128 + signal.SIGTERM
+
+
+def test_a_signal_before_the_stage_is_recorded_still_stops_it(tmp_path: Path) -> None:
+    """The race CI hit once: the signal lands after `&` started the stage but before
+    `STAGE_PID=$!` ran. The script must still stop the stage and exit at once; before the fix
+    the stage lived on, holding the script's stderr open (communicate timed out)."""
+    script = """
+source scripts/stages.sh
+stop_on_signals demo
+STAGE_BEFORE="${!:-}"; STAGE_STARTING=1
+"$PYTHON" -c "$CHILD" "$PID_FILE" > /dev/null &
+kill -HUP $$
+STAGE_PID=$!
+wait
+"""
+    pid_file = tmp_path / "pid"
+    env = {**os.environ, "PYTHON": sys.executable, "CHILD": CHILD, "PID_FILE": str(pid_file)}
+    start = time.monotonic()
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert time.monotonic() - start < 10
+    assert done.returncode == 128 + signal.SIGHUP
+    assert done.stderr.strip() == "demo: SIGHUP: stopped the running stage"
