@@ -167,11 +167,20 @@ def lora_rank(config: Any) -> int:
     return int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
 
 
+def world_size(config: Any) -> int:
+    return int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+
+
+def shard_size(config: Any) -> int:
+    """Ranks the actor's state is sharded over: ``fsdp_size`` under HSDP, else the world."""
+    world = world_size(config)
+    shard = int(config.actor_rollout_ref.actor.fsdp_config.get("fsdp_size", -1) or -1)
+    return shard if 0 < shard < world else world
+
+
 def replicas(config: Any) -> int:
     """Copies of the sharded actor state: ``world // fsdp_size`` under HSDP, else 1."""
-    world = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    shard = int(config.actor_rollout_ref.actor.fsdp_config.get("fsdp_size", -1) or -1)
-    return world // shard if 0 < shard < world else 1
+    return world_size(config) // shard_size(config)
 
 
 def checkpoint_bytes(config: Any, size: ModelSize) -> tuple[int, list[str]]:

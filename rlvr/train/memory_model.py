@@ -194,7 +194,6 @@ def loaded_parts(arch: Architecture, run: RunShape, optimizer: bool) -> list[Par
 class Phase:
     name: str
     parts: list[Part]
-    fix: str = ""  # the setting to change when this phase does not fit
 
     @property
     def bytes(self) -> int:

@@ -28,7 +28,7 @@ from rlvr.models.architectures import (
     parameter_count,
 )
 from rlvr.train import memory_model as mm
-from rlvr.train.checkpoint_budget import DTYPE_BYTES, lora_rank
+from rlvr.train.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
 from rlvr.train.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
 
 ACTOR = "actor_rollout_ref.actor"
@@ -93,11 +93,6 @@ def architecture(config: Any) -> tuple[Architecture, str] | None:
     return None if known is None else (known, "rlvr/models/architectures.py")
 
 
-def _shard(fsdp: Any, world: int) -> int:
-    size = int(fsdp.get("fsdp_size", -1) or -1)
-    return size if 0 < size < world else world
-
-
 def _micro_batch(
     settings: Any, dynamic: bool, cap_key: str, size_key: str, world: int, row: int
 ) -> tuple[int, str, int]:
@@ -119,8 +114,7 @@ def run_shape(config: Any, arch: Architecture) -> RunShape:
     """The settings that size memory, read from the composed config."""
     model, actor, rollout = (config.actor_rollout_ref[k] for k in ("model", "actor", "rollout"))
     ref = config.actor_rollout_ref.ref
-    per_node, nodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
-    world, tp = per_node * nodes, int(rollout.get("tensor_model_parallel_size", 1) or 1)
+    world, tp = world_size(config), int(rollout.get("tensor_model_parallel_size", 1) or 1)
     rank = lora_rank(config)
     row = int(config.data.max_prompt_length) + int(config.data.max_response_length)
     update = _micro_batch(
@@ -135,8 +129,8 @@ def run_shape(config: Any, arch: Architecture) -> RunShape:
     # A LoRA actor is its own reference (adapters off): verl's ref_in_actor.
     own_ref = rank > 0 or bool(model.get("lora_adapter_path"))
     return RunShape(
-        gpus_per_node=per_node,
-        shard=_shard(actor.fsdp_config, world),  # the reference shares the actor's mesh
+        gpus_per_node=int(config.trainer.n_gpus_per_node),
+        shard=shard_size(config),  # the reference shares the actor's mesh
         lora_parameters=rank * lora_parameters_per_rank(arch) if rank else 0,
         actor_dtype_bytes=DTYPE_BYTES[str(actor.fsdp_config.get("model_dtype") or "fp32")],
         ref_dtype_bytes=DTYPE_BYTES[str(ref.fsdp_config.get("model_dtype") or "fp32")],
