@@ -88,12 +88,12 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         world, actor = plan.world_size, plan.actor_dir
         runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
         runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
-        runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, _config(plan)))
-        state = lambda: checks.actor_state_per_rank(actor, _config(plan), world)  # noqa: E731
-        runner.step("actor state", state)
+        config = _config(plan)
+        runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, config))
+        runner.step("actor state", lambda: checks.actor_state_per_rank(actor, config, world))
         lora_dir = actor / "lora_adapter" if plan.lora else None
         runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
-        metrics = Path(_config(plan).paths.metrics)
+        metrics = Path(config.paths.metrics)
         runner.step("metrics", lambda: checks.logged_steps(metrics, [1, 2]))
         wandb_dir = plan.out / "logs/wandb"
         runner.step("wandb", lambda: checks.wandb_run(wandb_dir, set()))

@@ -114,20 +114,27 @@ def _tensor_bytes(obj: Any, seen: set[int]) -> int:
     return 0
 
 
+def rank_state_bytes(actor_dir: Path) -> dict[int, int]:
+    """The tensor bytes each rank's model and optimizer shards hold, by rank."""
+    import torch
+
+    held: dict[int, int] = {}
+    for kind in ("model", "optim"):
+        for path in sorted(actor_dir.glob(f"{kind}_world_size_*_rank_*.pt")):
+            rank = int(path.stem.rsplit("_", 1)[1])
+            loaded = torch.load(path, map_location="cpu", weights_only=False)
+            held[rank] = held.get(rank, 0) + _tensor_bytes(loaded, set())
+    return held
+
+
 def written_bytes(actor_dir: Path) -> int:
     """The tensor bytes one checkpoint holds: every rank's model and optimizer shards, and the
     weights under huggingface/ and lora_adapter/. Pickle and safetensors headers, extra state,
     tokenizer and config files are left out, as the budget formula leaves them out (on the tiny
     model they would be a third of the files; on a 4B model, noise)."""
-    import torch
-
     from rlvr.common.files import read_safetensors_header
 
-    total = 0
-    for path in sorted(actor_dir.glob("model_world_size_*.pt")) + sorted(
-        actor_dir.glob("optim_world_size_*.pt")
-    ):
-        total += _tensor_bytes(torch.load(path, map_location="cpu", weights_only=False), set())
+    total = sum(rank_state_bytes(actor_dir).values())
     for folder in ("huggingface", "lora_adapter"):
         for path in sorted((actor_dir / folder).glob("*.safetensors")):
             header = read_safetensors_header(path)
@@ -169,8 +176,6 @@ def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
     """Each rank's actor state, the tensors its model and optimizer shards hold, matches the
     memory planner's per-GPU parameters + AdamW (rlvr/train/memory_model.py) within 10%: the
     part of its estimate that is the same on CPU (sharding, HSDP replicas, dtype, LoRA)."""
-    import torch
-
     from rlvr.train import memory_model
     from rlvr.train.memory_plan import architecture, run_shape
 
@@ -180,14 +185,12 @@ def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
     arch = found[0]
     run = run_shape(config, arch)
     planned = memory_model.actor_params_bytes(arch, run) + memory_model.optimizer_bytes(arch, run)
-    measured = []
-    for rank in range(world_size):
-        files = [
-            actor_dir / f"{kind}_world_size_{world_size}_rank_{rank}.pt"
-            for kind in ("model", "optim")
-        ]
-        loaded = [torch.load(path, map_location="cpu", weights_only=False) for path in files]
-        measured.append(_tensor_bytes(loaded, set()))
+    held = rank_state_bytes(actor_dir)
+    if sorted(held) != list(range(world_size)):
+        raise RehearsalFailure(
+            f"actor state: shards of ranks {sorted(held)}, not 0..{world_size - 1}"
+        )
+    measured = list(held.values())
     ratio = max(measured) / planned
     line = (
         f"largest rank holds {max(measured):,} bytes of parameters + AdamW, the planner "
