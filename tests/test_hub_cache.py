@@ -37,10 +37,11 @@ def test_every_experiments_workers_run_offline() -> None:
     ]
 
 
-def _fsdp2_lora(model_dir: Path, tmp_path: Path) -> Any:
+def _fsdp2_lora(model_dir: Path, tmp_path: Path) -> tuple[Any, bool]:
     """The actor as verl builds it for a LoRA run from a hub id, on one gloo rank: loaded from
     ``model_dir`` but named ``HUB_ID`` (``from_pretrained(HUB_ID)`` records the id; verl's
-    ``copy_to_local`` passes a hub id through), wrapped by PEFT, sharded by verl's apply_fsdp2."""
+    ``copy_to_local`` passes a hub id through), wrapped by PEFT, sharded by verl's apply_fsdp2;
+    and whether this started the process group (the test then ends it)."""
     import torch.distributed as dist
     from peft import LoraConfig, TaskType, get_peft_model
     from torch.distributed.device_mesh import init_device_mesh
@@ -51,10 +52,11 @@ def _fsdp2_lora(model_dir: Path, tmp_path: Path) -> Any:
     model.name_or_path = HUB_ID
     lora = LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8, target_modules="all-linear")
     peft_model = get_peft_model(model, lora)
-    if not dist.is_initialized():
+    started = not dist.is_initialized()
+    if started:
         dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     apply_fsdp2(peft_model, {"mesh": init_device_mesh("cpu", (1,))}, {})
-    return peft_model
+    return peft_model, started
 
 
 # peft's note offline: it takes the vocabulary as not resized, as verl never resizes it
@@ -77,7 +79,7 @@ def test_lora_sync_asks_the_hub_only_without_the_workers_env(
 
     use_cache(monkeypatch, tmp_path / "hub")
     monkeypatch.setattr(torch.cpu, "empty_cache", lambda: None, raising=False)  # CUDA-only in 0.6.1
-    model = _fsdp2_lora(tiny_model_dir, tmp_path)
+    model, started = _fsdp2_lora(tiny_model_dir, tmp_path)
     layers = model.config.num_hidden_layers
     assert model.peft_config["default"].base_model_name_or_path == HUB_ID  # the portable id
     offline = _worker_env("countdown_qwen3_4b_lora")["HF_HUB_OFFLINE"]
@@ -90,7 +92,7 @@ def test_lora_sync_asks_the_hub_only_without_the_workers_env(
             before = layered_summon_lora_params(model)
             requests_before = list(hub.requests)
     finally:
-        if dist.is_initialized():
+        if started:
             dist.destroy_process_group()
     assert requests_fixed == []
     assert len(requests_before) == 2 * layers + 1, requests_before
