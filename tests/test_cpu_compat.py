@@ -40,14 +40,12 @@ def _patchable_state() -> dict[str, Any]:
     from verl.workers.actor.dp_actor import DataParallelPPOActor as Actor
     from verl.workers.rollout import base
 
-    from rlvr.train.token_mean import TokenMeanActor
-
     return {
         "threads": torch.get_num_threads(),
         "collectives": (dist.reduce_scatter_tensor, dist.all_gather_into_tensor),
         "full_tensor": DTensor.full_tensor,
         "empty_cache": (memory.aggressive_empty_cache, workers.aggressive_empty_cache),
-        "actor": (Actor._forward_micro_batch, Actor.update_policy, TokenMeanActor.update_policy),
+        "actor": (Actor._forward_micro_batch, Actor.update_policy),
         "bypass": corr.apply_rollout_correction,
         "init_process_group": dist.init_process_group,
         "autocast": torch.autocast,
@@ -103,7 +101,7 @@ def test_fixes_apply_and_work_without_cuda() -> None:
                            "shape_correct_timing_gather", "no_ref_offload", "register_hf_rollout",
                            "bypass_mode_config", "cpu_threads", "no_gc_per_rollout",
                            "reduce_scatter_on_gloo", "single_rank_full_tensor",
-                           "packed_actor_forward", "rollout_entropy_metric"], applied
+                           "packed_actor_forward"], applied
         assert cpu_compat.install() == []  # once per process
         from verl.workers.rollout import base
         assert ("hf", "sync") in base._ROLLOUT_REGISTRY
@@ -255,30 +253,6 @@ def test_packed_forward_equals_verls_padded_one(tmp_path, monkeypatch, shared) -
     torch.testing.assert_close(e_packed, e_verl, rtol=0, atol=1e-5)
     torch.testing.assert_close(g_packed, g_verl, rtol=1e-4, atol=1e-5)  # summation order
     assert (lp_packed[valid == 0] == 0).all()
-
-
-def test_rollout_entropy_metric_is_verls_formula(monkeypatch) -> None:
-    from types import SimpleNamespace
-
-    import torch
-    from verl import DataProto
-    from verl.trainer.ppo.core_algos import agg_loss
-
-    from rlvr.cpu import compat as cpu_compat
-    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
-    from rlvr.train.token_mean import TokenMeanActor
-
-    def update_policy(self, data):  # the recipes' actor: (self, data) -> metrics
-        return {"actor/pg_loss": [0.5]}
-
-    monkeypatch.setattr(TokenMeanActor, "update_policy", update_policy)
-    cpu_compat._rollout_entropy_metric()
-    entropy, mask = torch.rand(3, 5), (torch.rand(3, 5) > 0.3).float()
-    data = DataProto.from_dict({ROLLOUT_ENTROPY_KEY: entropy, "response_mask": mask})
-    actor = SimpleNamespace(config=SimpleNamespace(loss_agg_mode="token-mean"))
-    metrics = TokenMeanActor.update_policy(actor, data)
-    assert metrics["actor/entropy"] == pytest.approx(agg_loss(entropy, mask, "token-mean").item())
-    assert metrics["actor/pg_loss"] == [0.5]
 
 
 def test_hf_rollout_takes_actor_weights(tmp_path) -> None:

@@ -349,3 +349,23 @@ def test_a_worker_dispatched_otherwise_is_refused() -> None:
 
     with pytest.raises(RuntimeError, match="ONE_TO_ALL"):
         recipe_worker(Elsewhere, skip_constant_batches=False)
+
+
+def test_rollout_entropy_is_verls_formula_over_the_callers_mask() -> None:
+    """The CPU rollout's entropies, aggregated as verl's old-log-prob pass does, with the mask and
+    loss_agg_mode the update was asked for (not the weights it runs verl's update with)."""
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+    from rlvr.train.token_mean import rollout_entropy
+
+    entropy, mask = torch.rand(3, 5), (torch.rand(3, 5) > 0.3).float()
+    data = DataProto.from_dict({ROLLOUT_ENTROPY_KEY: entropy, "response_mask": mask})
+    metrics: dict[str, Any] = {"actor/pg_loss": [0.5]}
+    rollout_entropy(data, "token-mean", metrics)
+    assert metrics["actor/entropy"] == pytest.approx(agg_loss(entropy, mask, "token-mean").item())
+    verls = {"actor/entropy": 0.25}
+    rollout_entropy(data, "token-mean", verls)
+    assert verls == {"actor/entropy": 0.25}  # verl's own value stays

@@ -39,9 +39,10 @@ Speed (docs/TRAINING.md, "CPU speed"); none changes what is computed:
 - ``_packed_actor_forward``: the actor's and the reference's log-prob forward runs packed
   (``rlvr.cpu.packing``): each prompt once, a prefix the prompts share once, no padding, logits
   only for response tokens.
-- ``_rollout_entropy_metric``: in bypass mode verl skips the old-log-prob pass and with it the
-  ``actor/entropy`` metric; the actor update reports it from the rollout's per-token entropies
-  (``rlvr.cpu.rollout.ROLLOUT_ENTROPY_KEY``), with the same formula.
+
+In bypass mode verl skips the old-log-prob pass and with it the ``actor/entropy`` metric: the
+recipes' actor (``rlvr.train.token_mean``) reports it from the rollout's per-token entropies
+(``rlvr.cpu.rollout.ROLLOUT_ENTROPY_KEY``), with the same formula.
 
 The fixes that wrap verl functions first check their parameters and raise if verl changed them.
 """
@@ -90,7 +91,6 @@ def install() -> list[str]:
         collectives.reduce_scatter_on_gloo,
         collectives.single_rank_full_tensor,
         _packed_actor_forward,
-        _rollout_entropy_metric,
     ):
         fix()
         applied.append(fix.__name__.lstrip("_"))
@@ -310,35 +310,3 @@ def _packable(actor: Any) -> bool:
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
     sdpa = getattr(getattr(base, "config", None), "_attn_implementation", None) == "sdpa"
     return sdpa and "logits_to_keep" in inspect.signature(base.forward).parameters
-
-
-def _rollout_entropy_metric() -> None:
-    """``actor/entropy`` from the rollout's entropies when the update's batch carries them and
-    verl's metrics lack it (in bypass mode verl computes it nowhere). Same formula as verl's
-    old-log-prob pass: ``agg_loss`` of the per-token entropies with the actor's
-    ``loss_agg_mode``, over this rank's batch. It wraps the recipes' actor
-    (``rlvr.train.token_mean``), which reweights the mask before verl's update sees it."""
-    from verl.trainer.ppo.core_algos import agg_loss
-
-    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
-    from rlvr.train.token_mean import TokenMeanActor
-
-    original = TokenMeanActor.update_policy
-    if getattr(original, "_rlvr_cpu", False):
-        return
-    _require_parameters(original, ("self", "data"))
-
-    @functools.wraps(original)
-    def update_policy(self: Any, data: Any) -> Any:
-        entropy = data.batch.get(ROLLOUT_ENTROPY_KEY, None)
-        mask = data.batch.get("response_mask", None)
-        metrics = original(self, data)
-        if entropy is not None and mask is not None and "actor/entropy" not in metrics:
-            value = agg_loss(
-                loss_mat=entropy, loss_mask=mask, loss_agg_mode=self.config.loss_agg_mode
-            )
-            metrics["actor/entropy"] = value.item()
-        return metrics
-
-    update_policy._rlvr_cpu = True  # type: ignore[attr-defined]
-    TokenMeanActor.update_policy = update_policy  # type: ignore[method-assign]

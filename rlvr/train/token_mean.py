@@ -30,7 +30,8 @@ wrong with that:
   micro batch, so they mean what they meant.
 
 and then replaces the logged per-micro-batch ``actor/pg_loss`` and ``actor/kl_loss`` by each mini
-batch's sum, averaged over the ranks: the mini batch's token-mean loss.
+batch's sum, averaged over the ranks: the mini batch's token-mean loss. On the CPU path it also
+reports ``actor/entropy`` from the rollout's entropies (``rollout_entropy``).
 
 With ``skip_constant_batches`` (the runs whose estimator is ``grpo_drop_constant``) a step whose
 advantages are all zero on every rank (no group's rewards differ) runs no update at all and logs
@@ -169,7 +170,24 @@ class TokenMeanActor(DataParallelPPOActor):
             if key in metrics:
                 metrics[key] = _summed(metrics[key], counts, _data_parallel_size())
         metrics[SKIPPED_KEY] = 0.0
+        rollout_entropy(data, self.config.loss_agg_mode, metrics)
         return metrics
+
+
+def rollout_entropy(data: DataProto, loss_agg_mode: str, metrics: dict[str, Any]) -> None:
+    """``actor/entropy`` from the rollout's per-token entropies when the batch carries them (the
+    CPU path's HF rollout, ``rlvr.cpu.rollout``) and verl's metrics lack it: in bypass mode verl
+    skips the old-log-prob pass that reports it. verl's formula there: ``agg_loss`` of the
+    entropies with the actor's ``loss_agg_mode`` over this rank's batch and response mask."""
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+
+    entropy = data.batch.get(ROLLOUT_ENTROPY_KEY, None)
+    if entropy is None or "actor/entropy" in metrics:
+        return
+    mask = data.batch["response_mask"]
+    metrics["actor/entropy"] = agg_loss(entropy, mask, loss_agg_mode).item()
 
 
 def _summed(values: list[float], counts: list[int], ranks: int) -> list[float]:
