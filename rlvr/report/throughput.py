@@ -25,9 +25,9 @@ from rlvr.report.metrics_log import step_ranges
 from rlvr.report.records import RunRecords
 
 THROUGHPUT_KEY = "perf/throughput"
-#: "Slower than published" below half the published tokens/s/GPU. Responses of another length,
-#: another GPU count or another verl/vLLM version move the figure by tens of percent; the
-#: settings this module names (enforce_eager, offload) cost a factor of 2 or more.
+#: "Slower than published" below half the published tokens/s/GPU: responses of another length,
+#: another GPU count or another verl/vLLM version move the figure by amounts no published source
+#: measures for these recipes, so only a gap beyond a factor of 2 is called out.
 SLOWER_BELOW = 0.5
 #: Below this share of the GPU, vLLM's KV cache holds few sequences and the rollout runs in
 #: many small waves (verl's perf-tuning guide recommends 0.5-0.7 when nothing is offloaded).
