@@ -153,9 +153,12 @@ def test_the_recipe_records_its_gpu_and_settings_and_matches_the_published_entry
 
     fields = bands.plan_fields(compose("gsm8k_qwen2_5_0_5b_1gpu"))
     assert (fields["gpu"], fields["settings"]) == ("H100 80GB", FAST)
-    write_run_plan(tmp_path, 217, "gsm8k_qwen2_5_0_5b_1gpu", **fields)
-    plan, note = read_run_plan(tmp_path)
+    run = gpu_run(tmp_path / "run", [800.0, 2500.0, 2300.0])
+    write_run_plan(run, 3, "gsm8k_qwen2_5_0_5b_1gpu", **fields)  # as RecipeTrainer.fit does
+    plan, note = read_run_plan(run)
     assert note is None and plan is not None and plan.settings == FAST
+    line = throughput_line(run)
+    assert line is not None and line.startswith("- throughput on track: median 2,400"), line
     entry = throughput.matching_entry(load_bands(), str(plan.model), plan.gpu)
     assert entry is not None and entry.id == "play-verl-grpo-qwen2.5-0.5b-instruct-h100"
     assert entry.tokens_per_s_per_gpu == PUBLISHED
@@ -205,3 +208,26 @@ def test_throughput_entries_are_validated_strictly(
     with pytest.raises(BandsError) as refused:
         load_bands(write_doc(tmp_path, _with_throughput(change)))
     assert message in str(refused.value)
+
+
+def test_the_gpu_ray_detected_wins_over_the_overlays_declaration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """hardware/h100x1.yaml also serves an A100 80GB: on one, Ray's accelerator_type:A100
+    resource is recorded, and the run is not set against the H100 entry."""
+    import ray
+
+    from rlvr.train.config import compose
+
+    config = compose("gsm8k_qwen2_5_0_5b_1gpu")
+    assert bands.plan_fields(config)["gpu"] == "H100 80GB"  # Ray not up: the declaration
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(
+        ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0, "accelerator_type:A100": 1.0}
+    )
+    fields = bands.plan_fields(config)
+    assert fields["gpu"] == "A100"
+    assert throughput.matching_entry(load_bands(), fields["model"], fields["gpu"]) is None
+    # two kinds (a mixed cluster) or none (CPU, fake GPUs): back to the declaration
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 8.0})
+    assert bands.plan_fields(config)["gpu"] == "H100 80GB"

@@ -220,10 +220,11 @@ def own_protocol(task: str, reward_kwargs: Mapping[str, Any]) -> str | None:
 def plan_fields(config: Any) -> dict[str, Any]:
     """What the trainer passes to ``write_run_plan`` so that the report can match the run: the
     model (``actor_rollout_ref.model.path``), the task whose reward file the run grades with,
-    that reward's protocol (None for a reward from elsewhere), the GPU the hardware overlay
-    declares (``hardware_facts.gpu``; None on CPU) and the settings that explain throughput."""
+    that reward's protocol (None for a reward from elsewhere), the GPU (the kind Ray detected,
+    else what the hardware overlay declares in ``hardware_facts.gpu``; None on CPU) and the
+    settings that explain throughput."""
     from rlvr import tasks
-    from rlvr.report.throughput import run_settings
+    from rlvr.report.throughput import detected_gpu, run_settings
 
     spec = tasks.for_config(config)
     kwargs = config.custom_reward_function.get("reward_kwargs") or {}
@@ -232,7 +233,7 @@ def plan_fields(config: Any) -> dict[str, Any]:
         "model": str(config.actor_rollout_ref.model.path),
         "task": spec.name if spec else None,
         "answer_protocol": own_protocol(spec.name, kwargs) if spec else None,
-        "gpu": str(facts["gpu"]) if facts.get("gpu") else None,
+        "gpu": detected_gpu() or (str(facts["gpu"]) if facts.get("gpu") else None),
         "settings": run_settings(config),
     }
 

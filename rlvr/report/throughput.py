@@ -33,6 +33,7 @@ SLOWER_BELOW = 0.5
 #: many small waves (verl's perf-tuning guide recommends 0.5-0.7 when nothing is offloaded).
 LOW_GPU_MEMORY_UTILIZATION = 0.5
 _GPU_KIND = re.compile(r"\b([A-Z]\d{2,3}[A-Z]?)\b")
+ACCELERATOR = "accelerator_type:"  # ray.util.accelerators' resource prefix
 
 
 def run_settings(config: Any) -> dict[str, bool | float]:
@@ -47,6 +48,20 @@ def run_settings(config: Any) -> dict[str, bool | float]:
         "use_dynamic_bsz": bool(ref.actor.get("use_dynamic_bsz", False)),
         "use_remove_padding": bool(ref.model.get("use_remove_padding", False)),
     }
+
+
+def detected_gpu() -> str | None:
+    """The GPU kind Ray found on the cluster (its ``accelerator_type:<kind>`` resource, which
+    Ray sets from NVML's device name: ``H100`` for "NVIDIA H100 80GB HBM3"), when Ray is up in
+    this process and found exactly one kind; else None. ``hardware/h100x1.yaml`` also serves an
+    A100 80GB, so the overlay's declared GPU alone can name the wrong one."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    resources = ray.cluster_resources()
+    kinds = {key.removeprefix(ACCELERATOR) for key in resources if key.startswith(ACCELERATOR)}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def gpu_kind(name: str | None) -> str | None:
