@@ -43,8 +43,8 @@ class RunPlan(BaseModel):
     task: str | None = None
     answer_protocol: str | None = None
     #: What the report sets the run's throughput against (``rlvr.report.throughput``): the GPU
-    #: the hardware overlay declares (``hardware_facts.gpu``) and the settings that most often
-    #: explain a slow run (``rlvr.report.bands.RunSettings``' keys).
+    #: (the kind Ray detected, else the overlay's ``hardware_facts.gpu``) and the settings that
+    #: most often explain a slow run (``rlvr.report.bands.RunSettings``' keys).
     gpu: str | None = None
     settings: dict[str, bool | int | float] | None = None
 
