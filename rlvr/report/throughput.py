@@ -6,8 +6,9 @@ figure is the median over its training steps after the first (the first carries 
 graph capture, the first weight sync and allocator warm-up). It is set against the published
 entry (``reference_bands.yaml``, ``throughput``) of the same model (last path component, as for
 accuracies) on the same GPU kind (``run_plan.json``'s ``gpu``: the kind Ray detected, else the
-hardware overlay's ``hardware_facts.gpu``): "on track" at or above ``SLOWER_BELOW`` of the published value, else
-"slower than published", naming the settings in the run's config that most often explain it.
+hardware overlay's ``hardware_facts.gpu``): "on track" at or above ``SLOWER_BELOW`` of the
+published value, else "slower than published", naming the settings in the run's config that
+most often explain it.
 A run of a recipe without an entry (or on CPU) gets no line. Information, never an alarm: a
 published run with shorter responses or more GPUs per engine is faster by design, so the band is
 wide (docs/REFERENCE_BANDS.md).
