@@ -2,16 +2,16 @@
 
 verl logs ``perf/throughput`` every step: the batch's tokens (prompts and responses) divided by
 the step's seconds and the number of GPUs (``metric_utils.compute_throughout_metrics``). The run's
-figure is the median over its training steps after the first (the first carries vLLM's CUDA
-graph capture, the first weight sync and allocator warm-up). It is set against the published
+figure is the median over its training steps after the first (the first carries one-time
+costs: the first weight sync into vLLM, ``torch.compile`` of verl's entropy, allocator warm-up;
+the published log's step 1 ran at 69% of its median). It is set against the published
 entry (``reference_bands.yaml``, ``throughput``) of the same model (last path component, as for
 accuracies) on the same GPU kind (``run_plan.json``'s ``gpu``: the kind Ray detected, else the
 hardware overlay's ``hardware_facts.gpu``): "on track" at or above ``SLOWER_BELOW`` of the
 published value, else "slower than published", naming the settings in the run's config that
-most often explain it.
-A run of a recipe without an entry (or on CPU) gets no line. Information, never an alarm: a
-published run with shorter responses or more GPUs per engine is faster by design, so the band is
-wide (docs/REFERENCE_BANDS.md).
+most often explain it. A run of a recipe without an entry (or on CPU) gets no line.
+Information, never an alarm: a published run's response lengths and GPU count differ from the
+recipe's, so the band is wide (docs/REFERENCE_BANDS.md).
 """
 
 from __future__ import annotations
