@@ -108,7 +108,7 @@ def throughput_lines(records: RunRecords, bands: ReferenceBands) -> list[str]:
     if entry is None or not series:
         return []
     label = (
-        f"[{entry.id}: {entry.model} {entry.method} on {entry.gpus}x {entry.gpu}, responses "
+        f"[{entry.id}: {entry.task} on {entry.gpus}x {entry.gpu}, responses "
         f"{entry.response_length}; {entry.source.url}]"
     )
     training = [(step, value) for step, value in series if step > 0]
