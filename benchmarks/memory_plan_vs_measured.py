@@ -1,6 +1,12 @@
-"""The memory planner's estimates against the GPU measurements they were fitted to.
+"""The memory planner's estimates against the GPU measurements they were fitted to, or against
+held-out ones.
 
 Usage: uv run python benchmarks/memory_plan_vs_measured.py [--results RESULTS.json]
+
+Without --results: the H200 measurements the planner's coefficients were fitted to
+(results/gpu_memory_h200.json). With another file (results/gpu_memory_h100_heldout.json: an H100,
+other token counts, LoRA r8), each row is labelled "held out" or, where the same model, pass and
+token count was among the fitted H200 points, "re-measured" (a fitted point measured again).
 
 For each base model and micro-batch size measured by benchmarks/gpu_memory_calibration.py, the
 planner (rlvr/train/memory_model.py) estimates the same quantity at world size 1 (full
@@ -23,6 +29,7 @@ from rlvr.train import memory_model as mm
 from rlvr.train.memory_model import GIB, RunShape
 
 RESULTS = Path(__file__).parent / "results" / "gpu_memory_h200.json"
+HELD_OUT = Path(__file__).parent / "results" / "gpu_memory_h100_heldout.json"
 
 
 @dataclass(frozen=True)
@@ -101,28 +108,56 @@ def _lora_rows(lora: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def markdown(rows: list[Row]) -> str:
-    lines = [
-        "| model | pass | T | measured GiB | planner GiB | planner / measured |",
-        "|---|---|---:|---:|---:|---:|",
+def labels(rows: list[Row], fitted: list[Row] | None) -> list[str]:
+    """Each row's set: "fitted" (no other file given), else "re-measured" where the fitted file
+    holds the same model, pass and token count, "held out" otherwise."""
+    if fitted is None:
+        return ["fitted"] * len(rows)
+    seen = {(row.model, row.pass_name, row.tokens) for row in fitted}
+    return [
+        "re-measured" if (row.model, row.pass_name, row.tokens) in seen else "held out"
+        for row in rows
     ]
-    for row in rows:
+
+
+def markdown(rows: list[Row], sets: list[str]) -> str:
+    lines = [
+        "| model | pass | T | set | measured GiB | planner GiB | planner / measured |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for row, label in zip(rows, sets, strict=True):
         lines.append(
             f"| {ARCHITECTURES[row.model].hf_id.split('/')[1]} | {row.pass_name} | {row.tokens} | "
-            f"{row.measured / GIB:.1f} | {row.estimated / GIB:.1f} | {row.ratio:.3f} |"
+            f"{label} | {row.measured / GIB:.1f} | {row.estimated / GIB:.1f} | {row.ratio:.3f} |"
         )
     return "\n".join(lines)
+
+
+def summary(rows: list[Row], sets: list[str]) -> list[str]:
+    """One line per set: how many rows, and the planner / measured range."""
+    lines = []
+    for label in dict.fromkeys(sets):
+        ratios = [row.ratio for row, s in zip(rows, sets, strict=True) if s == label]
+        lines.append(
+            f"{len(ratios)} {label}: planner / measured from {min(ratios):.3f} to {max(ratios):.3f}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="calibration JSON to read")
     args = parser.parse_args(argv)
-    rows = comparisons(json.loads(args.results.read_text()))
-    print(markdown(rows))
-    ratios = [row.ratio for row in rows]
-    low, high = min(ratios), max(ratios)
-    print(f"\n{len(rows)} measurements: planner / measured from {low:.3f} to {high:.3f}")
+    try:
+        rows = comparisons(json.loads(args.results.read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        parser.error(f"--results {args.results}: not a calibration file ({exc!r})")
+    fitted = None
+    if args.results.resolve() != RESULTS.resolve():
+        fitted = comparisons(json.loads(RESULTS.read_text()))
+    sets = labels(rows, fitted)
+    print(markdown(rows, sets))
+    print("", *summary(rows, sets), sep="\n")
     return 0
 
 

@@ -282,6 +282,9 @@ def test_fit_writes_the_steps_verl_will_train(
     # what the reference bands match on: verl's GSM8K table has this model
     assert (plan.model, plan.task) == ("Qwen/Qwen2.5-3B-Instruct", "gsm8k")
     assert plan.answer_protocol == "rlvr-gsm8k-strict"
+    # what the throughput verdict matches on and names (Ray is not up here: the overlay's GPU)
+    assert plan.gpu == "A100 80GB" and plan.settings is not None
+    assert plan.settings["enforce_eager"] is False and plan.settings["use_dynamic_bsz"] is True
 
 
 def _worker_disk_full() -> BaseException:

@@ -6,7 +6,8 @@ matches an entry when its model (the run plan's ``model``, compared by its last 
 case-insensitively, so a local copy of a hub model matches) and its task are the entry's. A
 verdict (on track / behind / ahead) is given only where the run measured accuracy the way the
 entry's source did: the same protocol family and the same decoding; otherwise the line says "not
-comparable" and why. Information for the reader, never an alarm.
+comparable" and why. Information for the reader, never an alarm. The file's ``throughput``
+entries are published tokens/s/GPU, set against the run's by ``rlvr.report.throughput``.
 """
 
 from __future__ import annotations
@@ -96,14 +97,44 @@ class Entry(_Strict):
         return next((point.value for point in self.points if point.step is None), None)
 
 
+class RunSettings(_Strict):
+    """The settings of a run that most often explain a slow one (``rlvr.report.throughput``)."""
+
+    enforce_eager: bool  # actor_rollout_ref.rollout.enforce_eager: vLLM without CUDA graphs
+    param_offload: bool  # actor_rollout_ref.actor.fsdp_config.param_offload
+    optimizer_offload: bool  # actor_rollout_ref.actor.fsdp_config.optimizer_offload
+    gpu_memory_utilization: float = Field(gt=0.0, le=1.0)  # rollout: vLLM's share of the GPU
+    use_dynamic_bsz: bool  # actor_rollout_ref.actor.use_dynamic_bsz
+    use_remove_padding: bool  # actor_rollout_ref.model.use_remove_padding
+
+
+class ThroughputEntry(_Strict):
+    """A published run's verl ``perf/throughput`` (tokens, prompt and response, per second of a
+    step, per GPU), with the GPU and settings it was measured on."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    model: str = Field(min_length=1)  # the hub id the run starts from
+    gpu: str = Field(pattern=r"^[A-Z]\d{2,3}[A-Z]?$")  # the GPU kind: H100, A100...
+    gpus: int = Field(ge=1)
+    task: str = Field(min_length=1)
+    method: str = Field(min_length=1)  # algorithm, batch, rollout.n, framework versions
+    response_length: str = Field(min_length=1)  # the cap and the mean the log shows
+    settings: RunSettings
+    tokens_per_s_per_gpu: float = Field(gt=0.0)
+    statistic: str = Field(min_length=1)  # how the value was read from the log
+    gpu_note: str = Field(min_length=1)  # where the GPU kind comes from
+    source: Source
+
+
 class ReferenceBands(_Strict):
     version: int = Field(ge=1)
     protocols: dict[str, Protocol]
     entries: list[Entry]
+    throughput: list[ThroughputEntry] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> ReferenceBands:
-        ids = [entry.id for entry in self.entries]
+        ids = [entry.id for entry in self.entries] + [entry.id for entry in self.throughput]
         if len(ids) != len(set(ids)):
             raise ValueError(f"entries: duplicate id {next(i for i in ids if ids.count(i) > 1)}")
         for entry in self.entries:
@@ -186,18 +217,24 @@ def own_protocol(task: str, reward_kwargs: Mapping[str, Any]) -> str | None:
     return "rlvr-countdown" if task == "countdown" else None
 
 
-def plan_fields(config: Any) -> dict[str, str | None]:
+def plan_fields(config: Any) -> dict[str, Any]:
     """What the trainer passes to ``write_run_plan`` so that the report can match the run: the
-    model (``actor_rollout_ref.model.path``), the task whose reward file the run grades with, and
-    that reward's protocol (None for a reward from elsewhere)."""
+    model (``actor_rollout_ref.model.path``), the task whose reward file the run grades with,
+    that reward's protocol (None for a reward from elsewhere), the GPU (the kind Ray detected,
+    else what the hardware overlay declares in ``hardware_facts.gpu``; None on CPU) and the
+    settings that explain throughput."""
     from rlvr import tasks
+    from rlvr.report.throughput import detected_gpu, run_settings
 
     spec = tasks.for_config(config)
     kwargs = config.custom_reward_function.get("reward_kwargs") or {}
+    facts = config.get("hardware_facts") or {}
     return {
         "model": str(config.actor_rollout_ref.model.path),
         "task": spec.name if spec else None,
         "answer_protocol": own_protocol(spec.name, kwargs) if spec else None,
+        "gpu": detected_gpu() or (str(facts["gpu"]) if facts.get("gpu") else None),
+        "settings": run_settings(config),
     }
 
 
@@ -331,8 +368,11 @@ def _comparison_point(entry: Entry, facts: RunFacts) -> tuple[int, str, float, f
 
 def reference_lines(records: RunRecords) -> list[str]:
     """The report's lines on published results for this run (report.md and scripts/report.py)."""
+    from rlvr.report.throughput import throughput_lines
+
     try:
         bands = default_bands()
     except BandsError as exc:  # the report is still written; the data file's test catches this
         return [f"not compared: {exc}"]
-    return [comparison.line for comparison in compare(run_facts(records), bands)]
+    lines = [comparison.line for comparison in compare(run_facts(records), bands)]
+    return lines + throughput_lines(records, bands)

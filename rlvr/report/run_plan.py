@@ -42,10 +42,15 @@ class RunPlan(BaseModel):
     model: str | None = None
     task: str | None = None
     answer_protocol: str | None = None
+    #: What the report sets the run's throughput against (``rlvr.report.throughput``): the GPU
+    #: (the kind Ray detected, else the overlay's ``hardware_facts.gpu``) and the settings that
+    #: most often explain a slow run (``rlvr.report.bands.RunSettings``' keys).
+    gpu: str | None = None
+    settings: dict[str, bool | int | float] | None = None
 
 
 #: Left out of the file when None, so that a plan without them is written as it always was.
-OPTIONAL_FIELDS = ("model", "task", "answer_protocol")
+OPTIONAL_FIELDS = ("model", "task", "answer_protocol", "gpu", "settings")
 
 
 def write_run_plan(
@@ -57,6 +62,8 @@ def write_run_plan(
     model: str | None = None,
     task: str | None = None,
     answer_protocol: str | None = None,
+    gpu: str | None = None,
+    settings: dict[str, bool | int | float] | None = None,
 ) -> Path:
     """Write ``folder/run_plan.json`` whole (staged and renamed); returns its path. Raises
     ValueError on a step count that is not a positive integer."""
@@ -69,6 +76,8 @@ def write_run_plan(
             model=model,
             task=task,
             answer_protocol=answer_protocol,
+            gpu=gpu,
+            settings=settings,
         )
     except ValidationError as exc:
         raise ValueError(f"run plan: {validation_problem(exc)}") from None
