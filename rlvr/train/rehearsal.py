@@ -184,7 +184,7 @@ def _note_pinned(plan: Plan) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> OneLineParser:
     parser = OneLineParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
     parser.add_argument(
         "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dry_run", action="store_true", help="with --gpu: list the checks, run nothing"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _check(parser: OneLineParser, args: Any) -> None:
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         parser.error("--gpus_per_node must be at least 1")
     if args.gpus_per_node is not None and args.gpu:
@@ -216,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--timeout_s must be positive")
     if args.dry_run and not args.gpu:
         parser.error("--dry_run goes with --gpu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
     # One folder per (experiment, preset): rehearsing another preset never wipes this one.
     suffix = "-gpu" if args.gpu else ""
     default_out = ROOT / "artifacts/rehearsal" / f"{args.experiment}-{args.objective}{suffix}"

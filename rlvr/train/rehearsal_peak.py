@@ -112,12 +112,9 @@ def peak_memory(metrics: Path, config: Any, on: Any = None) -> str:
     between the floor and the ceiling of ``counter_view``; a step without it fails."""
     from rlvr.report.metrics_log import read_steps
 
-    try:
-        trained = [r for r in read_steps(metrics) if "actor/entropy" in r.metrics]
-    except FileNotFoundError:
-        raise RehearsalFailure(
-            f"peak memory: {metrics}: verl's file logger wrote nothing"
-        ) from None
+    if not metrics.is_file():
+        raise RehearsalFailure(f"peak memory: {metrics}: verl's file logger wrote nothing")
+    trained = [r for r in read_steps(metrics) if "actor/entropy" in r.metrics]
     if not trained:
         raise RehearsalFailure(f"peak memory: {metrics}: no trained step logged")
     missing = [r.step for r in trained if METRIC not in r.metrics]
