@@ -220,6 +220,9 @@ def test_counter_view_is_the_planners_parts(tmp_path: Path) -> None:
     assert view.worst == update.bytes - mm.GPU_RUNTIME_BYTES
     # vLLM's sleeping bytes put torch's count above the planner's physical peak (the rollout)
     assert view.ceiling > 1.2 * view.physical_peak
+    # the figures docs/TRAINING.md ("First run on your GPU node") quotes
+    shown = [round(v / GIB, 1) for v in (view.floor, view.ceiling, view.physical_peak)]
+    assert shown == [43.3, 65.0, 47.8]
 
 
 def test_peak_memory_within_the_bounds(tmp_path: Path) -> None:
