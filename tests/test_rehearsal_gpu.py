@@ -164,10 +164,11 @@ def test_gpu_mode_composes_the_cpu_rehearsals_checks(
 def test_gradient_scale_on_the_gpu_config(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
     """The GPU mode's gradient-scale child process, run here: the composed GPU config's batching
     gives whole gradients; a mini batch of 256 rows (a quarter of each gradient) is caught."""
-    overrides = rehearsal_gpu.make_gpu_plan("countdown_qwen3_4b", tmp_path, "grpo").overrides
-    args = [str(tiny_model_dir), "8", "countdown_qwen3_4b", *overrides]
-    assert rehearsal_gpu._gradient_scale_main(args) == 0
-    assert "world 8: 64 prompts x 16 a batch" in capsys.readouterr().out
+    plan = rehearsal_gpu.make_gpu_plan("countdown_qwen3_4b", tmp_path, "grpo")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/tiny").symlink_to(tiny_model_dir)
+    assert "world 8: 64 prompts x 16 a batch" in rehearsal_gpu.gradient_scale(plan, 600)
+    args = [str(tiny_model_dir), "8", "countdown_qwen3_4b", *plan.overrides]
     planted = [*args, "actor_rollout_ref.actor.ppo_mini_batch_size=256"]
     assert rehearsal_gpu._gradient_scale_main(planted) == 1
     assert "sum to 0.25, not 1" in capsys.readouterr().out

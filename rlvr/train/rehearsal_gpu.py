@@ -149,7 +149,8 @@ def gradient_scale(plan: Plan, timeout_s: float) -> str:
     sees no GPU (verl's actor moves each micro batch to the current CUDA device)."""
     cmd = [sys.executable, "-m", __name__, str(plan.out / "models/tiny"), str(plan.real_world_size)]
     env = os.environ | {"CUDA_VISIBLE_DEVICES": ""}
-    done = run_bounded([*cmd, plan.experiment, *plan.overrides], env, timeout_s, ROOT)
+    log = plan.out / "gradient_scale.log"
+    done = run_bounded([*cmd, plan.experiment, *plan.overrides], env, timeout_s, ROOT, log)
     lines = done.output.strip().splitlines() or [f"exit {done.returncode}, no output"]
     if done.returncode != 0:
         raise RehearsalFailure(lines[-1])
