@@ -175,8 +175,10 @@ def test_gradient_scale_on_the_gpu_config(tiny_model_dir: Path, tmp_path: Path, 
 
 
 def test_gpu_processes_left_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rehearsal_gpu, "gpu_pids", lambda: {11, 12})
-    assert rehearsal_gpu.gpu_left({11, 12}, grace_s=0) == []
+    import os
+
+    monkeypatch.setattr(rehearsal_gpu, "gpu_pids", lambda: {11, 12, os.getpid()})
+    assert rehearsal_gpu.gpu_left({11, 12}, grace_s=0) == []  # the rehearsal itself is not left
     assert rehearsal_gpu.gpu_left({11}, grace_s=0) == [12]  # negative control: one stayed
 
 

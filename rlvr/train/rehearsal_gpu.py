@@ -128,7 +128,9 @@ def gpu_pids() -> set[int]:
 
 def gpu_left(before: set[int], grace_s: float = 60.0) -> list[int]:
     """GPU processes that started during the rehearsal and are still there after ``grace_s``:
-    named, not killed (another job may share the node)."""
+    named, not killed (another job may share the node). This process is not one: reading the
+    GPU's size for the memory plan may give it a CUDA context."""
+    before = before | {os.getpid()}
     deadline = time.monotonic() + grace_s
     while (left := sorted(gpu_pids() - before)) and time.monotonic() < deadline:
         time.sleep(2)
