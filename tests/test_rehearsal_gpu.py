@@ -265,3 +265,54 @@ def test_peak_memory_missing_fails_not_passes(tmp_path: Path) -> None:
         rehearsal_peak.peak_memory(_metrics(tmp_path / "none.jsonl", []), config, machine)
     with pytest.raises(RehearsalFailure, match="file logger wrote nothing"):
         rehearsal_peak.peak_memory(tmp_path / "absent.jsonl", config, machine)
+
+
+def _wandb_run(root: Path, name: str) -> Path:
+    """An offline wandb run as the ``wandb`` check reads it: a run file and the val table."""
+    run = root / f"logs/wandb/offline-run-{name}/run-{name}.wandb"
+    table = run.parent / "files/media/table/val/generations_2_abc.table.json"
+    table.parent.mkdir(parents=True)
+    run.write_bytes(b"w")
+    table.write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("log", "again", "expected"),
+    [
+        ("Load from checkpoint folder .../global_step_2/actor", False, None),
+        # negative controls: a relaunch that started over, or trained steps 1-3 again
+        ("Training from scratch", False, "did not load global_step_2"),
+        ("Load from checkpoint folder .../global_step_2/actor", True, r"trained steps \[1, 2, 3\]"),
+    ],
+)
+def test_resumed_needs_the_load_and_step_three_alone(
+    tmp_path: Path, log: str, again: bool, expected: str | None
+) -> None:
+    """Shared by both modes (rlvr/train/rehearsal.py ``resumed``)."""
+    from rlvr.train.rehearsal import resumed
+    from rlvr.train.rehearsal_plan import make_plan
+
+    plan = make_plan("countdown_qwen3_4b", tmp_path, 8)
+    metrics = tmp_path / "metrics.jsonl"
+    trained = {"actor/entropy": 0.5, "critic/score/mean": 0.25}
+    first = [{"step": s, "data": trained} for s in (1, 2)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in first))
+    known = {_wandb_run(tmp_path, "1")}, metrics.stat().st_size
+    steps = (1, 2, 3) if again else (3,)
+    with open(metrics, "a") as handle:
+        handle.writelines(json.dumps({"step": s, "data": trained}) + "\n" for s in steps)
+    _wandb_run(tmp_path, "2")
+    (tmp_path / "resume.log").write_text(log + "\n")
+    if expected is None:
+        assert "from global_step_2; metrics.jsonl: steps [3]" in resumed(plan, metrics, known)
+    else:
+        with pytest.raises(RehearsalFailure, match=expected):
+            resumed(plan, metrics, known)
+
+
+def test_cleanup_row_fails_on_processes_left() -> None:
+    from rlvr.train.rehearsal import cleanup_row
+
+    assert cleanup_row([], 0) == ("cleanup", "ok", "Ray processes left: 0")
+    assert cleanup_row([42], 0)[:2] == ("cleanup", "FAIL")  # negative control
