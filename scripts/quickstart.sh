@@ -9,9 +9,9 @@
 #   (countdown_cpu), an SFT warm start, N GRPO steps on CPU (default: the experiment's). Headline:
 #   sampled pass@1 of the GRPO model vs the SFT model, paired over held-out prompts with a 95%
 #   interval; writes DIR/reward_curve.png, DIR/quickstart_report.json and the run's report.md.
-#   With GPUs: hub data and model, --steps GRPO steps (default 4) of the Countdown recipe needing
-#   the most GPUs that --gpus can run (python -m rlvr.train.gpu_recipes, each recipe's count read
-#   from its config): countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
+#   With GPUs: hub data and model (downloaded before the run), --steps GRPO steps (default 4) of
+#   the Countdown recipe needing the most GPUs --gpus can run (python -m rlvr.train.gpu_recipes):
+#   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
@@ -81,15 +81,19 @@ if [[ "$GPUS" -gt 0 ]]; then
     # download; the launcher's pre-flight asks again.
     "${PY[@]}" -m rlvr.train.memory_plan "$EXPERIMENT" || exit $?
     PREP=("${PY[@]}" scripts/data_prep_countdown.py)
+    # The run's workers read the hub model offline (configs/grpo.yaml): download it here first.
+    FETCH=("${PY[@]}" -m rlvr.train.hub_cache "$EXPERIMENT")
     GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
     if [[ "$DRY_RUN" == 1 ]]; then
         echo "== dry run: would run $EXPERIMENT (nothing runs, nothing is written):"
         echo "  ${PREP[*]}"
+        echo "  ${FETCH[*]}"
         echo "  ${GRPO[*]}"
         exit 0
     fi
     echo "== running $EXPERIMENT"
     "${PREP[@]}"
+    "${FETCH[@]}"
     exec "${GRPO[@]}"
 fi
 

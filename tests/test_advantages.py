@@ -94,7 +94,8 @@ def test_register_refuses_a_verl_that_copies_the_mask(monkeypatch: pytest.Monkey
 
 def test_a_batch_where_every_group_agrees_is_left_whole() -> None:
     """Zeroing every row's mask made verl's compute_data_metrics fail on an empty selection
-    (a 4-group CPU batch where all groups agreed, step 8): such a batch keeps its mask."""
+    (a 4-group CPU batch where all groups agreed, step 8): such a batch keeps its mask, and its
+    advantages are exactly 0, which the recipes' actor reads as "skip the update"."""
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
     rewards, mask = _batch()
@@ -103,5 +104,6 @@ def test_a_batch_where_every_group_agrees_is_left_whole() -> None:
     adv, _ = advantages.grpo_drop_constant(rewards, mask, index)
     assert torch.equal(mask, before)
     torch.testing.assert_close(adv, compute_grpo_outcome_advantage(rewards, before, index)[0])
+    assert not adv.any()
     valid = torch.masked_select(adv, mask.bool())
     assert valid.numel() > 0  # what compute_data_metrics reduces with torch.max

@@ -40,12 +40,14 @@ def _patchable_state() -> dict[str, Any]:
     from verl.workers.actor.dp_actor import DataParallelPPOActor as Actor
     from verl.workers.rollout import base
 
+    from rlvr.train.token_mean import TokenMeanActor
+
     return {
         "threads": torch.get_num_threads(),
         "collectives": (dist.reduce_scatter_tensor, dist.all_gather_into_tensor),
         "full_tensor": DTensor.full_tensor,
         "empty_cache": (memory.aggressive_empty_cache, workers.aggressive_empty_cache),
-        "actor": (Actor._forward_micro_batch, Actor.update_policy),
+        "actor": (Actor._forward_micro_batch, Actor.update_policy, TokenMeanActor.update_policy),
         "bypass": corr.apply_rollout_correction,
         "init_process_group": dist.init_process_group,
         "autocast": torch.autocast,
@@ -261,22 +263,20 @@ def test_rollout_entropy_metric_is_verls_formula(monkeypatch) -> None:
     import torch
     from verl import DataProto
     from verl.trainer.ppo.core_algos import agg_loss
-    from verl.utils.profiler.performance import GPUMemoryLogger
-    from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     from rlvr.cpu import compat as cpu_compat
     from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+    from rlvr.train.token_mean import TokenMeanActor
 
-    def update_policy(self, data):  # verl's shape: decorated, (self, data) -> metrics
+    def update_policy(self, data):  # the recipes' actor: (self, data) -> metrics
         return {"actor/pg_loss": [0.5]}
 
-    decorated = GPUMemoryLogger(role="t")(update_policy)
-    monkeypatch.setattr(DataParallelPPOActor, "update_policy", decorated)
+    monkeypatch.setattr(TokenMeanActor, "update_policy", update_policy)
     cpu_compat._rollout_entropy_metric()
     entropy, mask = torch.rand(3, 5), (torch.rand(3, 5) > 0.3).float()
     data = DataProto.from_dict({ROLLOUT_ENTROPY_KEY: entropy, "response_mask": mask})
     actor = SimpleNamespace(config=SimpleNamespace(loss_agg_mode="token-mean"))
-    metrics = DataParallelPPOActor.update_policy(actor, data)
+    metrics = TokenMeanActor.update_policy(actor, data)
     assert metrics["actor/entropy"] == pytest.approx(agg_loss(entropy, mask, "token-mean").item())
     assert metrics["actor/pg_loss"] == [0.5]
 

@@ -26,11 +26,15 @@ def test_every_experiment_updates_with_the_whole_gradient(
 def test_verls_default_mini_batch_shrinks_the_gradient(
     experiment: str, expected: float, tiny_model_dir: Path
 ) -> None:
-    """Negative control: the settings the GPU experiments had (verl's default mini batch 256)."""
+    """Negative control: the settings the GPU experiments had (verl's default mini batch 256)
+    shrink verl's own actor's gradient; the recipes' actor takes the token mean of the rows."""
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
     config = compose(experiment, ["actor_rollout_ref.actor.ppo_mini_batch_size=256"])
-    result = grad_scale.check(config, tiny_model_dir)
+    result = grad_scale.check(config, tiny_model_dir, actor_class=DataParallelPPOActor)
     assert not result.ok
     assert result.ratios == pytest.approx([expected], rel=1e-4)
+    assert grad_scale.check(config, tiny_model_dir).ok
 
 
 def test_several_updates_per_batch_and_fixed_micro_batches(tiny_model_dir: Path) -> None:

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fake_hub import download, use_cache
 
 from rlvr.tasks.countdown import prepare
 from rlvr.train.config import compose
@@ -29,15 +30,30 @@ def ready_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_ray_or_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No Ray cluster recorded and hub access allowed, whatever this machine has."""
+    """No Ray cluster recorded, hub access allowed and an empty HF cache, whatever this
+    machine has."""
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
     for name in ("RAY_ADDRESS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
+    use_cache(monkeypatch, tmp_path / "hf-cache")
+
+
+def _cached(root: Path, repo_id: str = "Qwen/Qwen3-4B-Instruct-2507") -> None:
+    """``hf download repo_id`` from a fake Hub (tests/fake_hub.py) serving the placeholder."""
+    download(repo_id, root / "artifacts/models/tiny")
 
 
 def test_ready_config_passes(ready_root: Path) -> None:
     assert check(compose("countdown_cpu", root=ready_root)) == []
-    assert check(compose("countdown_qwen3_4b", root=ready_root), visible_gpus=8) == []
+    gpu = compose("countdown_qwen3_4b", root=ready_root)
+    # the workers read the hub model offline: refused until it is in the cache, in one line
+    assert [p for p in check(gpu, visible_gpus=8) if "hf download" in p] == [
+        "actor_rollout_ref.model.path: Qwen/Qwen3-4B-Instruct-2507 is not in the Hugging Face "
+        f"cache ({ready_root / 'hf-cache'}), which the workers read offline (HF_HUB_OFFLINE=1); "
+        "download it first: uv run hf download Qwen/Qwen3-4B-Instruct-2507"
+    ]
+    _cached(ready_root)
+    assert check(gpu, visible_gpus=8) == []
 
 
 def test_missing_data_names_the_prep_command(tmp_path: Path) -> None:
@@ -57,6 +73,8 @@ def test_model_path_must_exist_or_be_a_hub_id(ready_root: Path) -> None:
         ["actor_rollout_ref.model.path=Qwen/Qwen3-4B-Instruct-2507"],
         root=ready_root,
     )
+    assert any("is not in the Hugging Face cache" in p for p in check(hub))
+    _cached(ready_root)
     assert check(hub) == []
 
 

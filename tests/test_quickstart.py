@@ -143,7 +143,9 @@ def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
     assert f"== {gpus} GPU(s) (--gpus)" in done.stdout
     assert f"== dry run: would run {experiment} (nothing runs" in done.stdout
     grpo = f"bash scripts/run_grpo_countdown.sh --config {experiment}"
-    assert f"\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
+    # the hub model is downloaded before the run, whose workers read it offline
+    download = f"uv run --no-sync python -m rlvr.train.hub_cache {experiment}"
+    assert f"\n  {download}\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
     assert f"GPU{'s' * (gpus != '1')}: {experiment} uses " in done.stderr  # the chooser's why
     assert list(out.iterdir()) == [] and list(tmp_path.iterdir()) == [out]
 

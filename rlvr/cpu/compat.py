@@ -316,16 +316,17 @@ def _rollout_entropy_metric() -> None:
     """``actor/entropy`` from the rollout's entropies when the update's batch carries them and
     verl's metrics lack it (in bypass mode verl computes it nowhere). Same formula as verl's
     old-log-prob pass: ``agg_loss`` of the per-token entropies with the actor's
-    ``loss_agg_mode``, over this rank's batch."""
+    ``loss_agg_mode``, over this rank's batch. It wraps the recipes' actor
+    (``rlvr.train.token_mean``), which reweights the mask before verl's update sees it."""
     from verl.trainer.ppo.core_algos import agg_loss
-    from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY
+    from rlvr.train.token_mean import TokenMeanActor
 
-    original = DataParallelPPOActor.update_policy
+    original = TokenMeanActor.update_policy
     if getattr(original, "_rlvr_cpu", False):
         return
-    _require_parameters(original, ("self", "data"), decorated="update_policy")
+    _require_parameters(original, ("self", "data"))
 
     @functools.wraps(original)
     def update_policy(self: Any, data: Any) -> Any:
@@ -340,4 +341,4 @@ def _rollout_entropy_metric() -> None:
         return metrics
 
     update_policy._rlvr_cpu = True  # type: ignore[attr-defined]
-    DataParallelPPOActor.update_policy = update_policy  # type: ignore[method-assign]
+    TokenMeanActor.update_policy = update_policy  # type: ignore[method-assign]

@@ -197,6 +197,6 @@ def model_path_problem(path: str) -> str | None:
     if offline() and not _in_hub_cache(path):
         return (
             "is a hub id, but HF_HUB_OFFLINE is set and the HF cache has no copy; download it "
-            "first (huggingface-cli download " + path + ") or pass a local folder"
+            f"first (uv run hf download {path}) or pass a local folder"
         )
     return None

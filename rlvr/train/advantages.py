@@ -14,7 +14,11 @@ averaged by. verl 0.6.1 hands a registered estimator the batch's own ``response_
 (``ray_trainer.compute_advantage``: ``"response_mask": data.batch["response_mask"]``), so the
 mask is changed in place; ``register`` refuses a verl that no longer does that.
 Response-length metrics read the attention mask, not this one, so they still count every row.
-A batch in which every group agrees is left whole (its advantages are 0; only the KL term acts).
+verl's actor weighs micro batches by rows, not tokens, which would give kept tokens unequal
+weights and can fail on a micro batch of dropped rows only: the recipes' actor
+(``rlvr.train.token_mean``) makes the loss the token mean over the kept tokens of the mini batch.
+A batch in which every group agrees keeps its mask, gets advantages of exactly 0, and its update
+is skipped (logged as ``actor/skipped_update``).
 """
 
 from __future__ import annotations
@@ -63,10 +67,11 @@ def grpo_drop_constant(
     )
     keep = varied_groups(token_level_rewards.sum(dim=-1), index).unsqueeze(-1)
     if not keep.any():
-        # Nothing to learn from: the batch stays as it is (its advantages are all 0 already).
-        # An all-zero mask would leave verl's metrics nothing to reduce (compute_data_metrics:
-        # torch.max of no advantages raises), and the step would fail.
-        return advantages, returns
+        # Nothing to learn from: the mask stays whole (an all-zero mask would leave verl's
+        # metrics nothing to reduce: compute_data_metrics' torch.max of no advantages raises),
+        # and the advantages are exactly 0 (equal scores can leave a rounding's worth), which is
+        # how the recipes' actor (rlvr.train.token_mean) knows to skip the update.
+        return advantages * 0.0, returns * 0.0
     response_mask.mul_(keep.to(response_mask.dtype))  # in place: the batch's own mask
     return advantages * keep, returns * keep
 

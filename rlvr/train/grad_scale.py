@@ -1,14 +1,16 @@
 """Does verl's actor update take a gradient of the right size under an experiment's batching?
 
-Runs verl 0.6.1's own ``DataParallelPPOActor.update_policy`` in this process, on one rank's
-share of a synthetic rollout batch, with the experiment's batching (``ppo_mini_batch_size``
-normalised as ``fsdp_workers.py`` does for the experiment's world size, ``use_dynamic_bsz``,
-micro batches, ``ppo_epochs``), and compares the gradient norm verl reports for each optimizer
-step (``actor/grad_norm``, measured before clipping) with one computed here in plain torch: the
-gradient of the mini batch's token-mean policy-gradient loss, ``-sum(A * log p) / tokens``.
-They agree when the loss-scale factors of every mini batch sum to 1; a mini batch larger than
-the rank's rows gives verl ``rows / mini_rows`` of the reference (0.25 for 64 prompts under
-verl's default mini batch of 256).
+Runs the recipes' actor update (``rlvr.train.token_mean``: verl 0.6.1's own
+``DataParallelPPOActor.update_policy``, made a token mean over the mini batch) in this process,
+on one rank's share of a synthetic rollout batch, with the experiment's batching
+(``ppo_mini_batch_size`` normalised as ``fsdp_workers.py`` does for the experiment's world size,
+``use_dynamic_bsz``, micro batches, ``ppo_epochs``), and compares the gradient norm verl reports
+for each optimizer step (``actor/grad_norm``, measured before clipping) with one computed here in
+plain torch: the gradient of the mini batch's token-mean policy-gradient loss,
+``-sum(A * log p) / tokens``. They agree when the loss-scale factors of every mini batch sum to
+1; with verl's own actor (``actor_class``, the negative control) a mini batch larger than the
+rank's rows gives ``rows / mini_rows`` of the reference (0.25 for 64 prompts under verl's
+default mini batch of 256).
 
 Chosen so that the reference can be written down, and changing nothing the scale depends on:
 every response has the same length (then verl's row-weighted micro batch means add up to the
@@ -136,14 +138,21 @@ def _single_process_group() -> bool:
 
 
 def check(
-    config: Any, model_dir: Path, world_size: int | None = None, seed: int = 0
+    config: Any,
+    model_dir: Path,
+    world_size: int | None = None,
+    seed: int = 0,
+    actor_class: type | None = None,
 ) -> ScaleResult:
-    """Run verl's update on one rank's rows and compare each step's gradient with the reference."""
+    """Run the recipes' actor update (``actor_class``: verl's own ``DataParallelPPOActor`` for a
+    negative control) on one rank's rows and compare each step's gradient with the reference."""
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
-    from verl.workers.actor.dp_actor import DataParallelPPOActor
 
+    from rlvr.train.token_mean import TokenMeanActor
+
+    actor_class = actor_class or TokenMeanActor
     plan = batching(config, world_size)
     rows, mini_rows = plan.rows_per_rank, plan.mini_rows_per_rank
     if rows <= 0 or mini_rows <= 0:
@@ -156,7 +165,7 @@ def check(
     ours = _single_process_group()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
-            actor = DataParallelPPOActor(
+            actor = actor_class(
                 _actor_config(config, rows, mini_rows),
                 model,
                 torch.optim.SGD(model.parameters(), lr=0.0),

@@ -3,7 +3,8 @@
 Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 2 with the problems)
 
 Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key, data files
-that are missing, not Parquet or of another task, a model path that will not load, numeric
+that are missing, not Parquet or of another task, a model path that will not load (a hub id
+not in this node's HF cache: the workers run offline, ``hub_cache``), numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
 GPUs, a GPU run whose memory cannot fit the GPU (rlvr/train/memory_plan.py), a running Ray
 cluster verl would join silently, and checkpoints that cannot fit the disk.
@@ -30,6 +31,7 @@ from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, saved_steps
 from rlvr.common.messages import first_line
 from rlvr.models.hub import model_path_problem
 from rlvr.tasks import TaskSpec
+from rlvr.train import hub_cache
 from rlvr.train.batching import batching
 from rlvr.train.checkpoint_budget import estimate, human
 from rlvr.train.preflight_data import data_problems
@@ -246,6 +248,8 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     model_problem = model_path_problem(model_path)
     if model_problem is not None:
         problems.append(f"actor_rollout_ref.model.path: {model_path} {model_problem}")
+    elif (uncached := hub_cache.problem(config)) is not None:
+        problems.append(uncached)  # the workers run offline (configs/grpo.yaml)
     numeric = numeric_problems(config)
     problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
     problems += _gpu_problems(config, visible_gpus)

@@ -8,6 +8,9 @@ verl's code: each override calls verl's method and adds what the recipes need ar
   cannot come from the config's runtime env, which verl merges away from the config's root
   without resolving it, so an interpolation would arrive as the literal ``${...}``);
 - runs verl's ``TaskRunner.run`` with the two rebindings of ``rlvr.train.verl_patches``;
+- builds the actor workers (and the reference, which shares their class) with
+  ``rlvr.train.token_mean.TokenMeanActor``: a token-mean loss over the whole mini batch and logged
+  losses that are that mean, whatever the micro batches;
 - finishes wandb when training returns: verl 0.6.1 calls ``wandb.finish()`` only in its tracker's
   ``__del__``, which need not run before Ray ends the actor, so the last steps were lost.
 
@@ -153,6 +156,22 @@ check_verl()
 
 class RecipeTaskRunner(TaskRunner):
     """verl's TaskRunner, running ``RecipeTrainer`` (see the module docstring)."""
+
+    def add_actor_rollout_worker(self, config: Any) -> tuple[type, type]:
+        """verl's choice of actor worker, with the token-mean actor (``rlvr.train.token_mean``)."""
+        import ray
+        from verl.trainer.ppo.ray_trainer import Role
+
+        from rlvr.train.advantages import DROP_CONSTANT
+        from rlvr.train.token_mean import recipe_worker
+
+        worker_class, group_class = super().add_actor_rollout_worker(config)
+        if config.actor_rollout_ref.actor.strategy not in {"fsdp", "fsdp2"}:
+            return worker_class, group_class  # megatron: verl's own actor
+        skip = config.algorithm.adv_estimator == DROP_CONSTANT
+        worker_class = recipe_worker(worker_class, skip_constant_batches=skip)
+        self.role_worker_mapping[Role.ActorRollout] = ray.remote(worker_class)
+        return worker_class, group_class
 
     def run(self, config: Any) -> None:
         from rlvr.train import advantages

@@ -1,0 +1,351 @@
+"""The recipes' actor (rlvr/train/token_mean.py) against computations outside verl: its gradient
+and logged losses are the token mean over the mini batch's kept tokens whatever the micro
+batches, a micro batch of dropped rows does not fail, and a batch without signal is skipped.
+Each test runs verl 0.6.1's own ``update_policy`` and has verl's own actor as negative control."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import math
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rlvr.train import grad_scale
+from rlvr.train.batching import batching
+from rlvr.train.config import compose
+from rlvr.train.token_mean import SKIPPED_KEY, TokenMeanActor, micro_batches, token_weights
+
+PROMPT, WIDTH = 8, 24  # prompt tokens, response width
+KL_COEF = 0.1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group() -> Iterator[None]:
+    import torch.distributed as dist
+
+    ours = grad_scale._single_process_group()
+    yield
+    if ours:
+        dist.destroy_process_group()
+
+
+def _rows(lengths: list[int], keep: list[int], seed: int, vocab: int) -> Any:
+    """Right-padded rows: a prompt, then responses of ``lengths``; rows with keep 0 dropped
+    (advantage 0, zero ``response_mask``, as ``grpo_drop_constant`` leaves them)."""
+    import torch
+    from verl import DataProto
+
+    gen = torch.Generator().manual_seed(seed)
+    rows = len(lengths)
+    input_ids = torch.randint(3, vocab, (rows, PROMPT + WIDTH), generator=gen)
+    attention = torch.zeros(rows, PROMPT + WIDTH, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        attention[row, : PROMPT + length] = 1
+    kept = torch.tensor(keep, dtype=torch.float32).unsqueeze(-1)
+    advantages = (torch.randn(rows, 1, generator=gen) + 0.5) * kept
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "position_ids": torch.arange(PROMPT + WIDTH).expand(rows, -1).contiguous(),
+        "responses": input_ids[:, PROMPT:].contiguous(),
+        "response_mask": attention[:, PROMPT:].float() * kept,
+        "advantages": advantages.expand(rows, WIDTH).contiguous(),
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def _log_probs(model: Any, batch: Any) -> Any:
+    import torch
+
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
+    logits = out.logits[:, PROMPT - 1 : -1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, batch["responses"].unsqueeze(-1))[..., 0]
+
+
+def _reference(model: Any, batch: Any) -> tuple[float, float, list[Any]]:
+    """Outside verl: the token means over the kept tokens of ``-A * ratio`` (on policy) and of
+    verl's ``low_var_kl`` to the reference, and the gradient of their sum."""
+    import torch
+
+    log_probs = _log_probs(model, batch)
+    kept = batch["response_mask"]
+    tokens = kept.sum()
+    ratio = torch.exp(log_probs - log_probs.detach())
+    pg = -(batch["advantages"] * ratio * kept).sum() / tokens
+    delta = batch["ref_log_prob"] - log_probs
+    kl = torch.clamp(torch.exp(delta) - delta - 1, -10, 10)
+    kl_mean = (kl * kept).sum() / tokens
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(pg + KL_COEF * kl_mean, params)
+    return pg.item(), kl_mean.item(), list(grads)
+
+
+def _actor_config(rows: int, token_cap: int | None, micro: int | None = None) -> Any:
+    """countdown_smollm2_cpu's actor section (token-mean, dynamic micro batches) with a KL loss,
+    SGD-sized clipping out of the way, and the micro batches this test wants."""
+    config = grad_scale._actor_config(compose("countdown_smollm2_cpu"), rows, rows)
+    fields: dict[str, Any] = {
+        "use_kl_loss": True,
+        "kl_loss_coef": KL_COEF,
+        "kl_loss_type": "low_var_kl",
+        "grad_clip": 1e9,
+    }
+    if micro is not None:
+        fields |= {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": micro}
+    else:
+        fields |= {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": token_cap}
+    return dataclasses.replace(config, **fields)
+
+
+def _update(
+    actor_class: type, model_dir: Path, data: Any, config: Any
+) -> tuple[dict[str, Any], list[Any], Any]:
+    """One update with SGD at lr 1: verl's metrics, minus the weights' change (the gradient the
+    update applied), and the model (at its weights before the update) for the reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    reference_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        data.batch["old_log_probs"] = _log_probs(model, data.batch)
+        data.batch["ref_log_prob"] = data.batch["old_log_probs"] + 0.3 * torch.randn_like(
+            data.batch["old_log_probs"]
+        )
+        data.batch["rollout_log_probs"] = data.batch["old_log_probs"].clone()
+    before = [p.detach().clone() for p in model.parameters()]
+    with contextlib.redirect_stdout(io.StringIO()):
+        actor = actor_class(config, model, torch.optim.SGD(model.parameters(), lr=1.0))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="In CPU autocast", category=UserWarning)
+        metrics = actor.update_policy(data)
+    applied = [b - p.detach() for b, p in zip(before, model.parameters(), strict=True)]
+    return metrics, applied, reference_model
+
+
+def _relative_error(got: list[Any], want: list[Any]) -> float:
+    diff = sum(float(((g - w).double() ** 2).sum()) for g, w in zip(got, want, strict=True))
+    norm = sum(float((w.double() ** 2).sum()) for w in want)
+    return math.sqrt(diff / norm)
+
+
+LENGTHS = [24, 3, 20, 5, 17, 2, 24, 9, 12, 4, 22, 6]
+
+
+@pytest.mark.parametrize("micro", ["one", "dynamic", "fixed"])
+def test_gradient_and_logged_losses_are_the_kept_token_mean(micro: str, tiny_model_dir: Path):
+    """1 micro batch, >= 3 dynamic ones of unequal token counts, and fixed ones of 3 rows: the
+    same gradient and logged losses as the token mean over the kept tokens, within 1%; verl's own
+    actor misses both once there are several micro batches."""
+    keep = [1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1]  # two of five groups of rows dropped
+    tokens = sum(PROMPT + n for n in LENGTHS)
+    cap = {"one": tokens, "dynamic": tokens // 4, "fixed": None}[micro]
+    config = _actor_config(len(LENGTHS), cap, 3 if micro == "fixed" else None)
+    results = {}
+    for actor_class in (TokenMeanActor, grad_scale_actor()):
+        data = _rows(LENGTHS, keep, seed=1, vocab=_vocab(tiny_model_dir))
+        metrics, applied, model = _update(actor_class, tiny_model_dir, data, config)
+        pg, kl, grads = _reference(model, data.batch)
+        results[actor_class.__name__] = (
+            _relative_error(applied, grads),
+            abs(metrics["actor/pg_loss"][0] / pg - 1),
+            abs(metrics["actor/kl_loss"][0] / kl - 1),
+        )
+        cut = micro_batches(SimpleNamespace(config=config, ulysses_sequence_parallel_size=1), data)
+    ours, verls = results["TokenMeanActor"], results["DataParallelPPOActor"]
+    assert max(ours) < 0.01, ours
+    if micro == "one":
+        assert len(cut[0]) == 1
+    else:
+        assert len(cut[0]) >= 3, cut
+        assert min(verls) > 0.05, verls  # negative control: gradient and logs all off
+
+
+def grad_scale_actor() -> type:
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    return DataParallelPPOActor
+
+
+def _vocab(model_dir: Path) -> int:
+    import json
+
+    return int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
+
+
+def test_a_micro_batch_of_dropped_rows_only_does_not_fail(tiny_model_dir: Path) -> None:
+    """1 of 6 groups of 2 kept: verl's rollout_corr metrics assert a micro batch has a valid
+    token, which verl's own actor fails on the first micro batch (rows 0-1, dropped)."""
+    keep = [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    config = _actor_config(len(LENGTHS), None, micro=2)
+    data = _rows(LENGTHS, keep, seed=2, vocab=_vocab(tiny_model_dir))
+    with pytest.raises(AssertionError, match="at least one valid token"):
+        _update(grad_scale_actor(), tiny_model_dir, data, config)
+    data = _rows(LENGTHS, keep, seed=2, vocab=_vocab(tiny_model_dir))
+    metrics, applied, model = _update(TokenMeanActor, tiny_model_dir, data, config)
+    assert _relative_error(applied, _reference(model, data.batch)[2]) < 0.01
+    assert metrics[SKIPPED_KEY] == 0.0
+
+
+def test_a_batch_without_signal_skips_the_update(tiny_model_dir: Path) -> None:
+    """Every advantage 0 (no group's rewards differ): no update under grpo_drop_constant, which
+    the KL term alone would otherwise drive (negative control: the same batch without the flag
+    changes the weights)."""
+    config = _actor_config(len(LENGTHS), None, micro=4)
+    skipping = type("Skipping", (TokenMeanActor,), {"skip_constant_batches": True})
+    for actor_class, moves in ((skipping, False), (TokenMeanActor, True)):
+        data = _rows(LENGTHS, [1] * len(LENGTHS), seed=3, vocab=_vocab(tiny_model_dir))
+        data.batch["advantages"].zero_()
+        metrics, applied, _ = _update(actor_class, tiny_model_dir, data, config)
+        assert any(bool(a.abs().max() > 0) for a in applied) is moves
+        assert metrics[SKIPPED_KEY] == (0.0 if moves else 1.0)
+
+
+def _effective_weights(ranks: list[Any], kept_groups: set[int], config: Any, ours: bool) -> Any:
+    """Each kept token's weight in the update (after FSDP averages the ranks), with verl's own
+    partition of each rank's rows; ``ours``: the recipes' weights, else a plain zeroed mask."""
+    import torch
+
+    stub = SimpleNamespace(config=config, ulysses_sequence_parallel_size=1)
+    masks = [data.batch["response_mask"] for data in ranks]
+    kept = float(sum(float((m > 0).sum()) for m in masks))
+    found = []
+    for data, mask in zip(ranks, masks, strict=True):
+        cut, scales = micro_batches(stub, data)
+        real = data.batch["attention_mask"][:, -mask.shape[-1] :]
+        if ours:
+            weights = token_weights(mask, real, cut, scales, kept, len(ranks))
+            per_token = [weights[r] * s / mask.shape[-1] for r, s in zip(cut, scales, strict=True)]
+        else:  # verl: each micro batch's token mean times its scale
+            per_token = [
+                mask[r] * s / max(float(mask[r].sum()), 1.0)
+                for r, s in zip(cut, scales, strict=True)
+            ]
+        for rows, values in zip(cut, per_token, strict=True):
+            found.append(values[mask[rows] > 0] / len(ranks))
+    return torch.cat(found)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "varied"),
+    [
+        ("countdown_qwen3_4b", 8),
+        ("countdown_qwen3_4b", 1),
+        ("gsm8k_qwen2_5_0_5b_1gpu", 2),
+        ("countdown_smollm2_cpu", 1),
+    ],
+)
+def test_kept_tokens_weigh_alike_at_the_experiments_shapes(experiment: str, varied: int) -> None:
+    """verl's own partition (prepare_dynamic_batch) of each rank's rows at the experiment's
+    batch, group size, ranks and token cap, lognormal response lengths, ``varied`` groups kept:
+    every kept token weighs 1/K (max/min <= 1.05, sum within 5% of 1); a plain zeroed mask (the
+    old estimator under verl's weighting) does not."""
+    import torch
+
+    composed = compose(experiment)
+    plan = batching(composed)
+    data_config = composed.data
+    width = int(data_config.max_response_length)
+    gen = torch.Generator().manual_seed(0)
+    groups, size = int(data_config.train_batch_size), plan.group_size
+    lengths = torch.exp(torch.randn(groups * size, generator=gen) * 0.6 + math.log(width / 4))
+    lengths = lengths.clamp(1, width).long()
+    prompts = torch.randint(
+        int(data_config.max_prompt_length) // 4,
+        int(data_config.max_prompt_length),
+        (groups * size,),
+        generator=gen,
+    )
+    order = torch.randperm(groups * size, generator=gen).tolist()
+    per_rank = len(order) // plan.data_parallel
+    ranks = []
+    for rank in range(plan.data_parallel):
+        rows = order[rank * per_rank : (rank + 1) * per_rank]
+        ranks.append(_rank_rows(rows, lengths, prompts, width, size, varied))
+    config = SimpleNamespace(
+        ppo_mini_batch_size=plan.mini_rows_per_rank,
+        use_dynamic_bsz=bool(composed.actor_rollout_ref.actor.use_dynamic_bsz),
+        ppo_max_token_len_per_gpu=int(composed.actor_rollout_ref.actor.ppo_max_token_len_per_gpu),
+        ppo_micro_batch_size_per_gpu=composed.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu,
+    )
+    ours = _effective_weights(ranks, set(range(varied)), config, ours=True)
+    assert float(ours.max() / ours.min()) <= 1.05
+    assert float(ours.sum()) == pytest.approx(1.0, rel=0.05)
+    old = _effective_weights(ranks, set(range(varied)), config, ours=False)
+    assert float(old.max() / old.min()) > 1.5 or abs(float(old.sum()) - 1) > 0.05
+
+
+def _rank_rows(
+    rows: list[int], lengths: Any, prompts: Any, width: int, size: int, varied: int
+) -> Any:
+    """One rank's rows (left-padded prompts, right-padded responses) with the rows of the first
+    ``varied`` groups kept."""
+    import torch
+    from verl import DataProto
+
+    prompt_width = int(prompts.max())
+    attention = torch.zeros(len(rows), prompt_width + width, dtype=torch.long)
+    keep = torch.zeros(len(rows), 1)
+    for i, row in enumerate(rows):
+        attention[i, prompt_width - int(prompts[row]) : prompt_width + int(lengths[row])] = 1
+        keep[i] = 1.0 if row // size < varied else 0.0
+    tensors = {
+        "input_ids": torch.zeros_like(attention),
+        "attention_mask": attention,
+        "response_mask": attention[:, prompt_width:].float() * keep,
+    }
+    return DataProto.from_dict(tensors=tensors)
+
+
+def test_the_recipes_workers_build_the_token_mean_actor() -> None:
+    """RecipeTaskRunner maps the actor role to verl's worker with its init_model still sent to
+    every rank (verl's ONE_TO_ALL); the skip flag follows the estimator."""
+    from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
+    from verl.trainer.ppo.ray_trainer import Role
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    from rlvr.train.trainer import RecipeTaskRunner
+
+    for experiment, skip in (("countdown_smollm2_cpu", True), ("countdown_qwen3_4b", False)):
+        runner = RecipeTaskRunner()
+        worker, _ = runner.add_actor_rollout_worker(compose(experiment))
+        assert issubclass(worker, ActorRolloutRefWorker)
+        assert getattr(worker.init_model, MAGIC_ATTR)["dispatch_mode"] == Dispatch.ONE_TO_ALL
+        assert Role.ActorRollout in runner.role_worker_mapping
+        built = worker.token_mean_actor
+        assert issubclass(built, TokenMeanActor) and built.skip_constant_batches is skip
+
+
+def test_a_changed_verl_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlvr.train import token_mean
+
+    token_mean.check_verl()
+    monkeypatch.setattr(token_mean, "UPDATE_POLICY_LINES", ("loss = policy_loss * 2",))
+    with pytest.raises(RuntimeError, match=r"update rlvr/train/token_mean\.py"):
+        token_mean.check_verl()
+
+
+def test_a_worker_dispatched_otherwise_is_refused() -> None:
+    from verl.single_controller.base.decorator import Dispatch, register
+
+    from rlvr.train.token_mean import recipe_worker
+
+    class Elsewhere:
+        @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+        def init_model(self) -> None: ...
+
+    with pytest.raises(RuntimeError, match="ONE_TO_ALL"):
+        recipe_worker(Elsewhere, skip_constant_batches=False)
