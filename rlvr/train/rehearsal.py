@@ -16,6 +16,10 @@ Checks that results are right, not only that it ran: before any launch, verl's o
 under the experiment's batching against a gradient computed outside verl ("gradient scale");
 for a multi-node experiment, step 1 on its own nodes against one node of the same world size
 ("topology"). Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
+
+``--gpu``: the same checks on a real GPU node with the real stack and a small hub model, plus
+the peak GPU memory against the planner's (rlvr/train/rehearsal_gpu.py); ``--gpu --dry_run``
+lists its checks and tolerances without a GPU and writes nothing.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         known = set(wandb_dir.glob("offline-run-*/run-*.wandb")), metrics.stat().st_size
         resume = runner.step("resume", lambda: launch(plan, cluster, 3, "resume", timeout_s))
         peak, machine = max(peak, resume.peak_bytes), max(machine, resume.peak_machine_bytes)
-        runner.step("resumed", lambda: _resumed(plan, metrics, known))
+        runner.step("resumed", lambda: resumed(plan, metrics, known))
     except checks.RehearsalFailure:
         pass
     finally:
@@ -108,13 +112,13 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         stopped = stop(cluster.markers) if cluster.address else 0
         left = reap(cluster.markers, 60, checks.traced_processes(plan.out))
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    runner.rows.append(_cleanup_row(left, stopped))
-    _report(plan, runner, time.monotonic() - start, (machine, peak))
+    runner.rows.append(cleanup_row(left, stopped))
+    report(plan, runner, time.monotonic() - start, (machine, peak))
     # A failed step stops the run and leaves its FAIL row, so every row ok means every step ran.
     return 0 if all(status == "ok" for _, status, _ in runner.rows) else 1
 
 
-def _cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
+def cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
     detail = f"Ray processes left: {len(left)}" + (f" (killed: {left})" if left else "")
     if stopped:
         detail += f"; stopped this rehearsal's cluster ({stopped} daemons)"
@@ -134,7 +138,7 @@ def _gradient_scale(plan: Plan) -> str:
     return checks.gradient_scale(_config(plan), plan.out / "models/tiny", worlds)
 
 
-def _resumed(plan: Plan, metrics: Path, known: tuple[set[Path], int]) -> str:
+def resumed(plan: Plan, metrics: Path, known: tuple[set[Path], int]) -> str:
     """The relaunch loaded step 2 and trained step 3 only, into a new wandb run; ``known`` is the
     wandb runs and the metrics.jsonl size the first launch left."""
     log = (plan.out / "resume.log").read_text()
@@ -145,7 +149,7 @@ def _resumed(plan: Plan, metrics: Path, known: tuple[set[Path], int]) -> str:
     return f"from global_step_2; {steps}; {checks.wandb_run(plan.out / 'logs/wandb', runs)}"
 
 
-def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -> None:
+def report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -> None:
     print(
         f"\nRehearsal of {plan.experiment} (objective={plan.objective}): "
         f"{plan.nnodes} node(s) x {plan.gpus_per_node} ranks"
@@ -157,6 +161,14 @@ def _report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) 
         f"wall {seconds:.0f} s; peak memory: machine +{machine:.1f} GiB in use "
         f"(summed RSS {summed:.1f} GiB); out: {plan.out}"
     )
+
+
+def _plan(experiment: str, out: Path, per_node: int | None, objective: str, gpu: bool) -> Plan:
+    if gpu:
+        from rlvr.train.rehearsal_gpu import make_gpu_plan
+
+        return make_gpu_plan(experiment, out, objective)
+    return make_plan(experiment, out, per_node, objective)
 
 
 def _note_pinned(plan: Plan) -> None:
@@ -172,7 +184,7 @@ def _note_pinned(plan: Plan) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> OneLineParser:
     parser = OneLineParser(prog="rehearse.sh", description=__doc__.splitlines()[0])
     parser.add_argument(
         "experiment", help="a GPU experiment from configs/ (e.g. countdown_qwen3_4b)"
@@ -189,18 +201,48 @@ def main(argv: list[str] | None = None) -> int:
         "--gpus_per_node", type=int, help="ranks per node (default: the experiment's own)"
     )
     parser.add_argument("--timeout_s", type=float, default=1200, help="limit per training launch")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--gpu", action="store_true", help="on this GPU node, real stack, small hub model"
+    )
+    parser.add_argument(
+        "--dry_run", action="store_true", help="with --gpu: list the checks, run nothing"
+    )
+    return parser
+
+
+def _check(parser: OneLineParser, args: Any) -> None:
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         parser.error("--gpus_per_node must be at least 1")
+    if args.gpus_per_node is not None and args.gpu:
+        parser.error("--gpu runs the experiment's own GPUs per node: drop --gpus_per_node")
     if args.timeout_s <= 0:
         parser.error("--timeout_s must be positive")
+    if args.dry_run and not args.gpu:
+        parser.error("--dry_run goes with --gpu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
     # One folder per (experiment, preset): rehearsing another preset never wipes this one.
-    default_out = ROOT / "artifacts/rehearsal" / f"{args.experiment}-{args.objective}"
+    suffix = "-gpu" if args.gpu else ""
+    default_out = ROOT / "artifacts/rehearsal" / f"{args.experiment}-{args.objective}{suffix}"
     out = (args.out or default_out).resolve()
     try:
-        plan = make_plan(args.experiment, out, args.gpus_per_node, args.objective)
+        plan = _plan(args.experiment, out, args.gpus_per_node, args.objective, args.gpu)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.dry_run:
+        from rlvr.train.rehearsal_gpu import dry_run
+
+        print(dry_run(plan))
+        return 0
+    if args.gpu:
+        from rlvr.train.rehearsal_gpu import cuda_problem
+
+        if problem := cuda_problem(plan.gpus_per_node):
+            parser.error(problem)
     _note_pinned(plan)
     if out.exists() and any(out.iterdir()):
         if not (out / "rehearsal.marker").is_file():
@@ -210,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "rehearsal.marker").write_text(args.experiment + "\n")
     try:
         with sigterm_as_interrupt():  # the launch in flight and its Ray are stopped on the way out
+            if args.gpu:
+                from rlvr.train.rehearsal_gpu import rehearse_gpu
+
+                return rehearse_gpu(plan, args.timeout_s)
             return rehearse(plan, args.timeout_s)
     except KeyboardInterrupt as exc:
         name = signal.Signals(interrupt_signal(exc)).name

@@ -70,6 +70,10 @@ def _env(plan: Plan, trace: Path | None = None, address: str | None = None) -> d
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
     env |= {"RLVR_LOG_DIR": str(plan.out / "logs"), "WANDB_MODE": "offline"}
     env |= {"HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
+    if plan.gpu:  # the ranks use the GPUs Ray gives them; a cluster is the caller's own
+        if address is not None:
+            env["RAY_ADDRESS"] = address
+        return env
     # CPU only, also on a GPU node: every Ray worker blanks the fake GPU id Ray gives it once the
     # trace has it (rlvr.cpu.hook), as on a GPU node those ids name real GPUs. Ray must
     # not see CUDA_VISIBLE_DEVICES itself: it refuses fake GPUs beyond the ids listed there.

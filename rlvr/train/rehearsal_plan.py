@@ -29,6 +29,7 @@ class Plan:
     real_world_size: int  # the GPU run's, whatever the rehearsal runs at
     objective: str = "grpo"
     overrides: list[str] = field(default_factory=list)
+    gpu: bool = False  # the GPU rehearsal (rlvr/train/rehearsal_gpu.py): real GPUs, no CPU swaps
 
     @property
     def world_size(self) -> int:
