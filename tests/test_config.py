@@ -304,6 +304,29 @@ def test_seed_settings() -> None:
     assert compose("countdown_qwen3_4b_2nodes").trainer.nnodes == 2
 
 
+def test_each_experiment_keeps_the_schedule_its_learning_rate_was_found_with() -> None:
+    """Full fine-tuning at verl-study's lrs takes its cosine schedule with 10% warmup; LoRA (the
+    TuFT and tinker-cookbook lrs) and the 0.5B model (verl's PPO baseline) ran at a constant lr,
+    and at LoRA scale alpha/rank = 1. Weight decay is verl's 0.01 everywhere."""
+    schedules = {}
+    for experiment in GPU_EXPERIMENTS:
+        config = compose(experiment)
+        optim = config.actor_rollout_ref.actor.optim
+        assert optim.weight_decay == 0.01
+        schedules[experiment] = (optim.lr_scheduler_type, optim.lr_warmup_steps_ratio)
+        if config.actor_rollout_ref.model.lora_rank:
+            assert (
+                config.actor_rollout_ref.model.lora_alpha
+                == config.actor_rollout_ref.model.lora_rank
+            )
+    cosine = {"countdown_qwen3_4b", "countdown_qwen3_4b_2nodes", "gsm8k_qwen2_5_3b"}
+    assert {e for e, s in schedules.items() if s == ("cosine", 0.1)} == cosine
+    assert {s for e, s in schedules.items() if e not in cosine} == {("constant", 0.0)}
+    assert compose("countdown_smollm2_cpu").actor_rollout_ref.actor.optim.lr_scheduler_type == (
+        "constant"
+    )
+
+
 def test_verl_checks_catch_a_bad_gpu_count() -> None:
     # (with dynamic batching verl checks less: the rehearsal runs the real world size instead)
     config = compose(
