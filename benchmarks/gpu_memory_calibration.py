@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="model measured with LoRA (it must also be in --models)",
     )  # fmt: skip
     parser.add_argument("--lora_rank", type=int, default=32, help="0 skips LoRA (lora32.yaml: 32)")
-    parser.add_argument("--lora_alpha", type=int, default=64, help="LoRA alpha (lora32.yaml: 64)")
+    parser.add_argument("--lora_alpha", type=int, default=32, help="LoRA alpha (lora32.yaml: 32)")
     parser.add_argument(
         "--lora_tokens", type=int, default=None,
         help="micro-batch tokens of the LoRA update (default: the largest of --tokens)",

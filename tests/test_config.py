@@ -304,6 +304,29 @@ def test_seed_settings() -> None:
     assert compose("countdown_qwen3_4b_2nodes").trainer.nnodes == 2
 
 
+def test_each_experiment_keeps_the_schedule_its_learning_rate_was_found_with() -> None:
+    """Full fine-tuning at verl-study's lrs takes its cosine schedule with 10% warmup; LoRA (the
+    TuFT and tinker-cookbook lrs) and the 0.5B model (verl's PPO baseline) ran at a constant lr,
+    and at LoRA scale alpha/rank = 1. Weight decay is verl's 0.01 everywhere."""
+    schedules = {}
+    for experiment in GPU_EXPERIMENTS:
+        config = compose(experiment)
+        optim = config.actor_rollout_ref.actor.optim
+        assert optim.weight_decay == 0.01
+        schedules[experiment] = (optim.lr_scheduler_type, optim.lr_warmup_steps_ratio)
+        if config.actor_rollout_ref.model.lora_rank:
+            assert (
+                config.actor_rollout_ref.model.lora_alpha
+                == config.actor_rollout_ref.model.lora_rank
+            )
+    cosine = {"countdown_qwen3_4b", "countdown_qwen3_4b_2nodes", "gsm8k_qwen2_5_3b"}
+    assert {e for e, s in schedules.items() if s == ("cosine", 0.1)} == cosine
+    assert {s for e, s in schedules.items() if e not in cosine} == {("constant", 0.0)}
+    assert compose("countdown_smollm2_cpu").actor_rollout_ref.actor.optim.lr_scheduler_type == (
+        "constant"
+    )
+
+
 def test_verl_checks_catch_a_bad_gpu_count() -> None:
     # (with dynamic batching verl checks less: the rehearsal runs the real world size instead)
     config = compose(
@@ -450,3 +473,50 @@ def test_one_gpu_experiments_fit_beside_vllm(experiment: str) -> None:
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
     ]
     assert planned(too_big).problems
+
+
+COUNTDOWN_GPU = [e for e in GPU_EXPERIMENTS if choices(e)["task"] == "countdown"]
+TOKEN_CAPS = (
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+)
+
+
+def length_problems(config: DictConfig) -> list[str]:
+    """What keeps a run from sampling and training whole responses at its length, by verl 0.6.1's
+    own rules: vLLM's context (verl passes max_model_len, or prompt + response when it is unset,
+    vllm_rollout_spmd.py) must hold a prompt and a full response, and with chunked prefill
+    max_num_batched_tokens must reach it (verl raises otherwise); each dynamic micro batch's
+    token cap must hold one whole row (seqlen_balancing.py asserts it)."""
+    row = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    rollout = config.actor_rollout_ref.rollout
+    context = int(rollout.max_model_len or row)
+    problems = [f"max_model_len {context} < {row}"] if context < row else []
+    if rollout.enable_chunked_prefill and int(rollout.max_num_batched_tokens) < context:
+        problems.append(f"max_num_batched_tokens {rollout.max_num_batched_tokens} < {context}")
+    for key in TOKEN_CAPS:
+        if (cap := int(OmegaConf.select(config, key))) < row:
+            problems.append(f"{key} {cap} < {row}")
+    return problems
+
+
+@pytest.mark.parametrize("experiment", COUNTDOWN_GPU)
+def test_countdown_gpu_experiments_sample_2048_tokens_whole(experiment: str) -> None:
+    """Issue 38: verl-study trains Countdown at 2048 response tokens, and tinker-cookbook's
+    recipe measured 68/76/85% at 512/1024/2048 (docs/OPTIMIZATION_COUNTDOWN.md). The negative
+    controls: each limit set one token short of a whole row."""
+    config = compose(experiment)
+    assert config.data.max_response_length == 2048
+    assert length_problems(config) == []
+    row = int(config.data.max_prompt_length) + 2048
+    for key in ("actor_rollout_ref.rollout.max_model_len", *TOKEN_CAPS):
+        assert length_problems(compose(experiment, [f"{key}={row - 1}"])), key
+    short = compose(experiment, ["actor_rollout_ref.rollout.max_num_batched_tokens=2048"])
+    assert length_problems(short) == [f"max_num_batched_tokens 2048 < {row}"]
+
+
+def test_cpu_experiments_and_gsm8k_keep_their_lengths() -> None:
+    lengths = {e: compose(e).data.max_response_length for e in experiments()}
+    assert (lengths["countdown_cpu"], lengths["countdown_smollm2_cpu"]) == (48, 24)
+    assert {lengths[e] for e in GPU_EXPERIMENTS if e.startswith("gsm8k")} == {1024}

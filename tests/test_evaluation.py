@@ -739,7 +739,7 @@ def test_settings_cli_refuses_a_bad_override_in_one_line(
 
 def test_eval_samples_as_the_experiment_trains(monkeypatch: pytest.MonkeyPatch) -> None:
     """countdown_smollm2_cpu trains on short responses: eval's default max_tokens is that
-    experiment's, not the overlay's 1024; an explicit flag still wins."""
+    experiment's, not the overlay's 2048; an explicit flag still wins."""
     from rlvr.evaluation import commands
     from rlvr.train.config import compose
 
@@ -785,7 +785,7 @@ def test_experiment_max_tokens_reaches_the_backend(
     argv += ["--limit", "2", "--n", "2", "--quiet", "--output", str(tmp_path / "run")]
     assert eval_cli.main("countdown", "t", [*argv, "--experiment", "countdown_smollm2_cpu"]) == 0
     assert seen and seen[0].max_tokens == compose("countdown_smollm2_cpu").data.max_response_length
-    assert seen[0].max_tokens < 1024  # the overlay's, which eval used before
+    assert seen[0].max_tokens < 2048  # the overlay's, which eval used before
 
 
 def test_default_output_dir_names_the_checkpoint() -> None:

@@ -13,7 +13,7 @@ from rlvr.models.architectures import ARCHITECTURES
 from rlvr.train import memory_model as mm
 from rlvr.train import preflight
 from rlvr.train.config import compose, experiments
-from rlvr.train.memory_plan import Machine, main, plan, run_shape
+from rlvr.train.memory_plan import Machine, architecture, main, plan, run_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -114,6 +114,12 @@ def test_every_gpu_experiment_fits_the_gpu_it_declares(experiment: str) -> None:
     memory = plan(config, on)
     assert memory is not None and memory.problems == [], memory.problems
     assert memory.peak.bytes < 0.95 * on.gpu_bytes
+    # planned at the experiment's whole rows: Countdown's 256 + 2048 tokens (issue 38)
+    arch = architecture(config)
+    row = config.data.max_prompt_length + config.data.max_response_length
+    assert arch is not None and run_shape(config, arch[0]).tokens_per_row == row
+    if config.data.train_files.endswith("countdown/train.parquet"):
+        assert row == 2304
 
 
 def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> None:

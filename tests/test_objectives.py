@@ -107,8 +107,9 @@ def test_dr_grpo() -> None:
 
 @pytest.mark.parametrize("experiment", experiments())
 def test_dapo_overlong_buffer_is_the_last_fifth_of_the_gpu_budget(experiment: str) -> None:
-    """objective/dapo.yaml's plain buffer (204) is 1024 // 5, the recipes' GPU response budget;
-    an experiment with another budget sets its own (pre-flight refuses one that does not fit)."""
+    """objective/dapo.yaml's plain buffer (204) is 1024 // 5, GSM8K's GPU response budget;
+    Countdown's 2048 gets pre-flight's note (409), a run sets its own (pre-flight refuses one that
+    does not fit)."""
     config = compose(experiment, ["objective=dapo"])
     actor = config.actor_rollout_ref.actor
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.28)
@@ -118,7 +119,7 @@ def test_dapo_overlong_buffer_is_the_last_fifth_of_the_gpu_budget(experiment: st
     assert kwargs.max_resp_len == config.data.max_response_length
     assert kwargs.overlong_buffer_cfg.len == 204
     if not experiment.endswith("_cpu"):
-        assert config.data.max_response_length == 1024
+        assert config.data.max_response_length == (2048 if "countdown" in experiment else 1024)
 
 
 def test_reinforce_nanochat() -> None:
