@@ -290,7 +290,8 @@ def test_seed_settings() -> None:
     countdown = compose("countdown_qwen3_4b")
     assert countdown.actor_rollout_ref.actor.optim.lr == 2e-6
     assert countdown.actor_rollout_ref.rollout.n == 16
-    assert countdown.actor_rollout_ref.actor.kl_loss_coef == 0.01
+    assert countdown.actor_rollout_ref.actor.kl_loss_coef == 0.001
+    assert compose("countdown_smollm2_cpu").actor_rollout_ref.actor.kl_loss_coef == 0.01
     assert countdown.data.train_batch_size == 64
     assert countdown.data.apply_chat_template_kwargs.enable_thinking is False
     gsm8k = compose("gsm8k_qwen2_5_3b")

@@ -60,7 +60,11 @@ def test_grpo_is_the_default_and_what_grpo_yaml_held() -> None:
         "grpo",
         True,
     )
-    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (True, 0.01, "low_var_kl")
+    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (
+        True,
+        0.001,
+        "low_var_kl",
+    )
     assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == (
         0.2,
         0.2,
@@ -83,9 +87,11 @@ def test_every_preset_sets_the_same_knobs() -> None:
 
 
 def test_experiment_pins_win_over_the_preset() -> None:
-    """countdown_smollm2_cpu drops zero-spread groups (grpo_drop_constant, GRPO's advantages):
-    every preset keeps that (an explicit override changes it)."""
+    """countdown_smollm2_cpu drops zero-spread groups (grpo_drop_constant, GRPO's advantages)
+    and keeps the KL weight its figures were measured with: every preset keeps both (an explicit
+    override changes them)."""
     assert pinned_objective_keys("countdown_smollm2_cpu", "reinforce_nanochat") == [
+        "actor_rollout_ref.actor.kl_loss_coef",
         "algorithm.adv_estimator",
     ]
     assert pinned_objective_keys("countdown_qwen3_4b", "dapo") == []
