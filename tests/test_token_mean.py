@@ -22,7 +22,7 @@ from rlvr.train.batching import batching
 from rlvr.train.config import compose
 from rlvr.train.token_mean import SKIPPED_KEY, TokenMeanActor, micro_batches, token_weights
 
-PROMPT, WIDTH = 8, 24  # prompt tokens, response width
+PROMPT, WIDTH = grad_scale.PROMPT_TOKENS, 24  # prompt tokens, response width
 KL_COEF = 0.1
 
 
@@ -61,25 +61,12 @@ def _rows(lengths: list[int], keep: list[int], seed: int, vocab: int) -> Any:
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def _log_probs(model: Any, batch: Any) -> Any:
-    import torch
-
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-    )
-    logits = out.logits[:, PROMPT - 1 : -1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, batch["responses"].unsqueeze(-1))[..., 0]
-
-
 def _reference(model: Any, batch: Any) -> tuple[float, float, list[Any]]:
     """Outside verl: the token means over the kept tokens of ``-A * ratio`` (on policy) and of
     verl's ``low_var_kl`` to the reference, and the gradient of their sum."""
     import torch
 
-    log_probs = _log_probs(model, batch)
+    log_probs = grad_scale._log_probs(model, batch)
     kept = batch["response_mask"]
     tokens = kept.sum()
     ratio = torch.exp(log_probs - log_probs.detach())
@@ -121,7 +108,7 @@ def _update(
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     reference_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     with torch.no_grad():
-        data.batch["old_log_probs"] = _log_probs(model, data.batch)
+        data.batch["old_log_probs"] = grad_scale._log_probs(model, data.batch)
         data.batch["ref_log_prob"] = data.batch["old_log_probs"] + 0.3 * torch.randn_like(
             data.batch["old_log_probs"]
         )
