@@ -23,6 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Installing the handler here gives the children the default disposition too.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise `nohup` starts the tests with SIGHUP ignored, which every child inherits, and bash
+# cannot trap a signal ignored on entry: the tests that send SIGHUP to a script (stages.sh, the
+# launchers' supervisor) then wait out their timeouts (seen once as a flaky CI failure).
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def run_bounded(
