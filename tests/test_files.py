@@ -211,6 +211,24 @@ def test_output_folder_problems(tmp_path: Path) -> None:
     assert problem is not None and problem.startswith(f"--out {locked / 'out'}: cannot write in")
 
 
+def test_a_signal_during_the_write_check_leaves_no_probe_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT right after the probe folder is made (CI hit this once, mid data prep) is held
+    until the probe is gone: the interrupt still arrives, the folder is left as it was."""
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp_then_interrupted(*args: object, **kwargs: object) -> str:
+        made = real_mkdtemp(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        output_folder_problem(tmp_path / "out", "--out")
+    assert _names(tmp_path) == []
+
+
 def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
