@@ -9,7 +9,7 @@ other token counts, LoRA r8), each row is labelled "held out" or, where the same
 token count was among the fitted H200 points, "re-measured" (a fitted point measured again).
 
 For each base model and micro-batch size measured by benchmarks/gpu_memory_calibration.py, the
-planner (rlvr/train/memory_model.py) estimates the same quantity at world size 1 (full
+planner (rlvr/planning/memory_model.py) estimates the same quantity at world size 1 (full
 fine-tuning, fp32 actor, no offload, no vLLM or reference in the process): the peak of a log-prob
 pass and of an update, each on top of the static parameters, gradients and AdamW state, as
 PyTorch's peak memory_allocated counts it (so the planner's CUDA-context allowance is left out).
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.models.architectures import ARCHITECTURES, Architecture, lora_parameters_per_rank
-from rlvr.train import memory_model as mm
-from rlvr.train.memory_model import GIB, RunShape
+from rlvr.planning import memory_model as mm
+from rlvr.planning.memory_model import GIB, RunShape
 
 RESULTS = Path(__file__).parent / "results" / "gpu_memory_h200.json"
 HELD_OUT = Path(__file__).parent / "results" / "gpu_memory_h100_heldout.json"

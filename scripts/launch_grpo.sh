@@ -25,7 +25,7 @@ export RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 
 # Exit 2 with one line per problem (unknown experiment or key, data, model, numbers verl rejects,
 # a running Ray cluster verl would join silently: docs/TRAINING.md, "Errors").
-"$PYTHON" -m rlvr.train.preflight "$EXPERIMENT" "$@"
+"$PYTHON" -m rlvr.preflight.checks "$EXPERIMENT" "$@"
 
 if [[ -n "${WANDB_API_KEY:-}" ]] || grep -qs "api.wandb.ai" "$HOME/.netrc"; then
     echo "wandb: online (a key is configured)"

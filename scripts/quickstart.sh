@@ -10,7 +10,7 @@
 #   sampled pass@1 of the GRPO model vs the SFT model, paired over held-out prompts with a 95%
 #   interval; writes DIR/reward_curve.png, DIR/quickstart_report.json and the run's report.md.
 #   With GPUs: hub data and model (downloaded before the run), --steps GRPO steps (default 4) of
-#   the Countdown recipe needing the most GPUs --gpus can run (python -m rlvr.train.gpu_recipes):
+#   the Countdown recipe needing the most GPUs --gpus can run (python -m rlvr.planning.gpu_recipes):
 #   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -76,13 +76,13 @@ fi
 if [[ "$GPUS" -gt 0 ]]; then
     echo "== $GPUS GPU(s) ($GPUS_FROM): the Countdown recipe that fits"
     # Its one line on stderr says how many of the GPUs the recipe uses, and why.
-    EXPERIMENT="$("${PY[@]}" -m rlvr.train.gpu_recipes --gpus "$GPUS")" || exit $?
+    EXPERIMENT="$("${PY[@]}" -m rlvr.planning.gpu_recipes --gpus "$GPUS")" || exit $?
     # Will it fit the GPU (this machine's, or the one the recipe declares)? Asked before any
     # download; the launcher's pre-flight asks again.
-    "${PY[@]}" -m rlvr.train.memory_plan "$EXPERIMENT" || exit $?
+    "${PY[@]}" -m rlvr.planning.memory_plan "$EXPERIMENT" || exit $?
     PREP=("${PY[@]}" scripts/data_prep_countdown.py)
     # The run's workers read the hub model offline (configs/grpo.yaml): download it here first.
-    FETCH=("${PY[@]}" -m rlvr.train.hub_cache "$EXPERIMENT")
+    FETCH=("${PY[@]}" -m rlvr.preflight.hub_cache "$EXPERIMENT")
     GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
     if [[ "$DRY_RUN" == 1 ]]; then
         echo "== dry run: would run $EXPERIMENT (nothing runs, nothing is written):"

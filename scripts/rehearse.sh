@@ -15,4 +15,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-exec "$(uv run --no-sync python -c 'import sys; print(sys.executable)')" -m rlvr.train.rehearsal "$@"
+exec "$(uv run --no-sync python -c 'import sys; print(sys.executable)')" -m rlvr.rehearsal.cpu "$@"

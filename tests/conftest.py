@@ -110,6 +110,6 @@ def cpu_launch(work: Path, experiment_name: str) -> tuple[list[str], dict[str, s
 def _plan_memory_for_the_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pre-flight's memory planner checks this machine's GPU when it has one; the tests check
     configs against the GPU their hardware overlay declares, wherever they run."""
-    from rlvr.train import memory_plan
+    from rlvr.planning import memory_plan
 
     monkeypatch.setattr(memory_plan, "_visible_gpu", lambda: None)

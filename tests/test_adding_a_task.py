@@ -14,8 +14,8 @@ import pytest
 from rlvr import tasks
 from rlvr.data.prep import PrepResult, chat_prompt, write_splits
 from rlvr.evaluation import cli as eval_cli
+from rlvr.preflight import checks as preflight
 from rlvr.tasks import TaskSpec, prep_cli
-from rlvr.train import preflight
 
 WORDS = ["apple", "river", "stone", "cloud", "maple", "ember", "frost", "grain"]
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlvr.train.checkpoint_budget import (
+from rlvr.planning.checkpoint_budget import (
     checkpoints_saved,
     estimate,
     max_kept,

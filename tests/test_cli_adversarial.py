@@ -164,7 +164,7 @@ CASES = [
     C("merge_lora", "checkpoint"),  # no target
     # ---- launch_grpo.sh: its own argument check; what it passes on is pre-flight's
     C("launch", "EXPERIMENT"),  # no experiment at all
-    # ---- pre-flight (python -m rlvr.train.preflight, the launcher's first step), in-process:
+    # ---- pre-flight (python -m rlvr.preflight.checks, the launcher's first step), in-process:
     # the launcher runs it on the same argv (tests/test_preflight.py runs it through the launcher)
     C("preflight", "nosuch_experiment", "nosuch_experiment"),
     C("preflight", "total_trainin_steps", *LAUNCH, "trainer.total_trainin_steps=3"),
@@ -299,7 +299,7 @@ def _prep(task: str) -> Callable[[list[str]], int]:
 
 
 def _preflight(argv: list[str]) -> int:
-    from rlvr.train.preflight import main
+    from rlvr.preflight.checks import main
 
     return main(argv)
 
@@ -346,7 +346,7 @@ RUNNERS: dict[str, Callable[..., Result]] = {
 
 PYTHON_STUB = """#!/usr/bin/env bash
 # The launchers' interpreter: pre-flight runs for real, anything after it only leaves a marker.
-if [[ "$1" == -m && "$2" == rlvr.train.preflight ]]; then exec {python} "$@"; fi
+if [[ "$1" == -m && "$2" == rlvr.preflight.checks ]]; then exec {python} "$@"; fi
 echo "$*" >> {shims}/ran_past_checks
 echo "stub: would run python $*" >&2
 exit {code}

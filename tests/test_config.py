@@ -455,7 +455,7 @@ def test_one_gpu_experiments_fit_beside_vllm(experiment: str) -> None:
     """vLLM's share and the FSDP state it wakes beside fit one 80 GB GPU with room to spare (the
     planner with hardware/h100x1.yaml's declared GPU, not this machine's); a full fine-tune of the
     3B model with vLLM at 0.6 of the GPU is the negative control."""
-    from rlvr.train.memory_plan import Machine, plan
+    from rlvr.planning.memory_plan import Machine, plan
 
     def planned(overrides: list[str]) -> Any:
         config = compose(experiment, overrides)

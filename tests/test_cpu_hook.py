@@ -101,8 +101,8 @@ def test_rehearsal_hides_the_gpu_ray_assigned_once_traced(tmp_path: Path, hide: 
 
 
 def test_rehearsal_launches_hide_the_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlvr.train.rehearsal_launch import _env
-    from rlvr.train.rehearsal_plan import make_plan
+    from rlvr.rehearsal.launch import _env
+    from rlvr.rehearsal.plan import make_plan
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a user's own choice on a GPU node
     env = _env(make_plan("countdown_qwen3_4b", tmp_path, 8))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train import grad_scale
+from rlvr.rehearsal import grad_scale
 from rlvr.train.config import compose, experiments
 
 

@@ -1,5 +1,5 @@
 """LoRA weight syncs never ask the Hub, and pre-flight refuses a hub model the cache lacks
-(rlvr/train/hub_cache.py). Every Hub request goes through a fake at huggingface_hub's HTTP layer
+(rlvr/preflight/hub_cache.py). Every Hub request goes through a fake at huggingface_hub's HTTP layer
 (tests/fake_hub.py): the real peft, verl and huggingface_hub code runs, nothing leaves the
 machine."""
 
@@ -15,7 +15,8 @@ import pytest
 import torch
 from fake_hub import FakeHub, download, serve, use_cache
 
-from rlvr.train import hub_cache, launch
+from rlvr.preflight import hub_cache
+from rlvr.train import launch
 from rlvr.train.config import compose, experiments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def test_preflight_reads_the_cache_named_by_hf_home(
     """A fresh process, as the launcher starts pre-flight: HF_HOME decides where it looks."""
     use_cache(monkeypatch, tmp_path / "home/hub")  # HF_HOME's hub/ folder
     download(HUB_ID, placeholder)
-    code = f"from rlvr.train.hub_cache import cache_problem; print(cache_problem({HUB_ID!r}))"
+    code = f"from rlvr.preflight.hub_cache import cache_problem; print(cache_problem({HUB_ID!r}))"
     seen = {}
     for home in ("home", "empty"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
@@ -173,7 +174,7 @@ def test_preflight_reads_the_cache_named_by_hf_home(
 def test_the_download_step_fills_the_cache_and_skips_local_models(
     tmp_path: Path, placeholder: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """``python -m rlvr.train.hub_cache EXPERIMENT``: the quickstart's step before its GPU run."""
+    """``python -m rlvr.preflight.hub_cache EXPERIMENT``, the quickstart GPU run's first step."""
     use_cache(monkeypatch, tmp_path / "hub")
     config = compose("countdown_qwen2_5_3b_lora_1gpu")
     repo_id = str(config.actor_rollout_ref.model.path)

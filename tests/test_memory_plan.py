@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rlvr.models.architectures import ARCHITECTURES
-from rlvr.train import memory_model as mm
-from rlvr.train import preflight
+from rlvr.planning import memory_model as mm
+from rlvr.planning.memory_plan import Machine, architecture, main, plan, run_shape
+from rlvr.preflight import checks as preflight
 from rlvr.train.config import compose, experiments
-from rlvr.train.memory_plan import Machine, architecture, main, plan, run_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

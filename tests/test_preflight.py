@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fake_hub import download, use_cache
 
+from rlvr.preflight.checks import check
 from rlvr.tasks.countdown import prepare
 from rlvr.train.config import compose
-from rlvr.train.preflight import check
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from rlvr.models.hub import model_path_problem
+from rlvr.preflight import checks as preflight
+from rlvr.preflight.checks import numeric_problems, verl_problems
+from rlvr.preflight.data import data_problems
 from rlvr.tasks import TaskError, TaskSpec
-from rlvr.train import preflight
 from rlvr.train.config import ConfigError, compose, compose_checked
-from rlvr.train.preflight import numeric_problems, verl_problems
-from rlvr.train.preflight_data import data_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -133,7 +133,7 @@ def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
 def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
     tmp_path: Path, gpus: str, steps: str, experiment: str
 ) -> None:
-    """--gpus N --dry_run: the recipe rlvr.train.gpu_recipes picks and the commands, run by
+    """--gpus N --dry_run: the recipe rlvr.planning.gpu_recipes picks and the commands, run by
     nothing; --out (existing and empty here) stays empty and nothing is created beside it."""
     out = tmp_path / "qs"
     out.mkdir()
@@ -144,7 +144,7 @@ def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
     assert f"== dry run: would run {experiment} (nothing runs" in done.stdout
     grpo = f"bash scripts/run_grpo_countdown.sh --config {experiment}"
     # the hub model is downloaded before the run, whose workers read it offline
-    download = f"uv run --no-sync python -m rlvr.train.hub_cache {experiment}"
+    download = f"uv run --no-sync python -m rlvr.preflight.hub_cache {experiment}"
     assert f"\n  {download}\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
     assert f"GPU{'s' * (gpus != '1')}: {experiment} uses " in done.stderr  # the chooser's why
     assert list(out.iterdir()) == [] and list(tmp_path.iterdir()) == [out]

@@ -1,4 +1,4 @@
-"""What verl's ray.init would do (rlvr/train/ray_cluster.py): pre-flight refuses a silent join
+"""What verl's ray.init would do (rlvr/preflight/ray_cluster.py): pre-flight refuses a silent join
 of a recorded cluster and an address nothing answers at; each refusal with a passing control."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.preflight.ray_cluster import ray_plan
 from rlvr.train.config import compose
-from rlvr.train.ray_cluster import ray_plan
 
 
 @pytest.fixture

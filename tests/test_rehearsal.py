@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train.rehearsal import main
-from rlvr.train.rehearsal_plan import make_plan
+from rlvr.rehearsal.cpu import main
+from rlvr.rehearsal.plan import make_plan
 
 
 def test_plan_keeps_the_experiment_and_lists_what_it_replaces(
@@ -67,7 +67,7 @@ def test_refuses_a_folder_it_did_not_make(tmp_path: Path, capsys) -> None:
 def test_ranks_that_fit_memory_and_divide_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    from rlvr.train.rehearsal_plan import ranks_that_fit
+    from rlvr.rehearsal.plan import ranks_that_fit
 
     def available(gib: float):
         return type("Memory", (), {"available": gib * 2**30})()
@@ -91,7 +91,7 @@ def test_default_out_folder_names_the_objective(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Rehearsing another preset never wipes the last one's folder."""
-    import rlvr.train.rehearsal as rehearsal
+    import rlvr.rehearsal.cpu as rehearsal
 
     seen: list[Path] = []
     monkeypatch.setattr(rehearsal, "ROOT", tmp_path)

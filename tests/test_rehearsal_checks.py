@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.train import rehearsal_checks as checks
+from rlvr.rehearsal import checks
 
 PYTHON = "/venv/bin/python"
 
@@ -236,7 +236,7 @@ def _fake_checkpoint(actor: Path, model_dir: Path, world: int, copies: int) -> i
 
     import torch
 
-    from rlvr.train.checkpoint_budget import safetensors_size
+    from rlvr.planning.checkpoint_budget import safetensors_size
 
     size = safetensors_size(model_dir)
     assert size is not None

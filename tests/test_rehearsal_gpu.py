@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from rlvr.train import rehearsal_gpu, rehearsal_peak
-from rlvr.train.rehearsal import main
-from rlvr.train.rehearsal_checks import RehearsalFailure
+from rlvr.rehearsal import gpu as rehearsal_gpu
+from rlvr.rehearsal import peak as rehearsal_peak
+from rlvr.rehearsal.checks import RehearsalFailure
+from rlvr.rehearsal.cpu import main
 
 GIB = 2**30
 GPU_EXPERIMENTS = [
@@ -134,8 +135,8 @@ def test_gpu_mode_composes_the_cpu_rehearsals_checks(
 ) -> None:
     """Both flows with every step recorded, not run: the GPU one runs each CPU check but the CPU
     device trace, plus the peak memory, in the order CHECKS lists (what --dry_run prints)."""
-    from rlvr.train import rehearsal
-    from rlvr.train.rehearsal_plan import make_plan
+    from rlvr.rehearsal import cpu as rehearsal
+    from rlvr.rehearsal.plan import make_plan
 
     names: list[str] = []
 
@@ -185,8 +186,8 @@ def test_gpu_processes_left_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
 # The peak-memory check on synthetic metrics: gsm8k_qwen2_5_0_5b_1gpu as the GPU rehearsal
 # composes it, planned for an H100 80GB (the overlay's declared GPU).
 def _setup(tmp_path: Path) -> tuple[Any, Any, rehearsal_peak.CounterView]:
+    from rlvr.planning.memory_plan import Machine
     from rlvr.train.config import compose
-    from rlvr.train.memory_plan import Machine
 
     plan = rehearsal_gpu.make_gpu_plan("gsm8k_qwen2_5_0_5b_1gpu", tmp_path, "grpo")
     config = compose(plan.experiment, plan.overrides)
@@ -210,8 +211,8 @@ def test_counter_view_is_the_planners_parts(tmp_path: Path) -> None:
     """Floor: vLLM's share less the planner's non-KV allowance, plus the actor's fp32 params and
     AdamW (0.49B x 12 bytes); ceiling: the same vLLM bytes plus the update's torch-counted parts
     (the planner's update phase less the CUDA context allowance)."""
-    from rlvr.train import memory_model as mm
-    from rlvr.train.memory_plan import plan
+    from rlvr.planning import memory_model as mm
+    from rlvr.planning.memory_plan import plan
 
     config, machine, view = _setup(tmp_path)
     assert view.vllm_pool == int(0.5 * 79.6 * GIB) - mm.VLLM_NON_KV_BYTES
@@ -289,9 +290,9 @@ def _wandb_run(root: Path, name: str) -> Path:
 def test_resumed_needs_the_load_and_step_three_alone(
     tmp_path: Path, log: str, again: bool, expected: str | None
 ) -> None:
-    """Shared by both modes (rlvr/train/rehearsal.py ``resumed``)."""
-    from rlvr.train.rehearsal import resumed
-    from rlvr.train.rehearsal_plan import make_plan
+    """Shared by both modes (rlvr/rehearsal/cpu.py ``resumed``)."""
+    from rlvr.rehearsal.cpu import resumed
+    from rlvr.rehearsal.plan import make_plan
 
     plan = make_plan("countdown_qwen3_4b", tmp_path, 8)
     metrics = tmp_path / "metrics.jsonl"
@@ -312,7 +313,7 @@ def test_resumed_needs_the_load_and_step_three_alone(
 
 
 def test_cleanup_row_fails_on_processes_left() -> None:
-    from rlvr.train.rehearsal import cleanup_row
+    from rlvr.rehearsal.cpu import cleanup_row
 
     assert cleanup_row([], 0) == ("cleanup", "ok", "Ray processes left: 0")
     assert cleanup_row([42], 0)[:2] == ("cleanup", "FAIL")  # negative control

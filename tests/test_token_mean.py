@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rlvr.train import grad_scale
+from rlvr.rehearsal import grad_scale
 from rlvr.train.batching import batching
 from rlvr.train.config import compose
 from rlvr.train.token_mean import SKIPPED_KEY, TokenMeanActor, micro_batches, token_weights

@@ -30,7 +30,7 @@ TEMP_DIR_KEY = "ray_kwargs.ray_init._temp_dir"
 # Ray workers do not inherit the launcher's environment when Ray runs as a cluster: the
 # variables that shape a run travel in the job's runtime env. (WANDB_API_KEY does not: verl
 # prints the runtime env; on a cluster run `wandb login` on each node instead.) HF_HUB_OFFLINE
-# is not forwarded: configs/grpo.yaml sets it for every worker (rlvr/train/hub_cache.py).
+# is not forwarded: configs/grpo.yaml sets it for every worker (rlvr/preflight/hub_cache.py).
 FORWARDED_VARIABLES = (
     "WANDB_MODE", "WANDB_DIR", "WANDB_ENTITY", "WANDB_RUN_GROUP", "HF_HOME", "HF_HUB_CACHE",
     "HF_ENDPOINT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "RLVR_TRACE_DIR",

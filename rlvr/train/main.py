@@ -23,7 +23,7 @@ from verl.trainer.main_ppo import run_ppo
 from rlvr.common.disk_full import DISK_FULL_EXIT, disk_full_message, disk_full_of
 from rlvr.common.signals import STOP_SIGNALS
 from rlvr.common.supervision import stop_with_parent
-from rlvr.train.checkpoint_budget import checkpoint_bytes, model_size
+from rlvr.planning.checkpoint_budget import checkpoint_bytes, model_size
 from rlvr.train.trainer import RecipeTaskRunner, run_folder
 
 

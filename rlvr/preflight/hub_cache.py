@@ -9,7 +9,7 @@ asks the Hub whether ``config.json`` exists and loads it, unless ``HF_HUB_OFFLIN
 Offline, the workers read the cache only, so pre-flight checks it holds the model and names the
 download command when it does not; adapters keep the portable hub id.
 
-Usage: python -m rlvr.train.hub_cache EXPERIMENT [overrides...]
+Usage: python -m rlvr.preflight.hub_cache EXPERIMENT [overrides...]
     downloads the experiment's hub model into the cache (nothing for a local folder).
 """
 

@@ -149,8 +149,8 @@ def written_bytes(actor_dir: Path) -> int:
 
 def checkpoint_bytes(actor_dir: Path, config: Any) -> str:
     """The bytes one checkpoint wrote match pre-flight's budget for the same config and model
-    (``rlvr.train.checkpoint_budget``, HSDP replicas included) within 10%."""
-    from rlvr.train import checkpoint_budget as budget
+    (``rlvr.planning.checkpoint_budget``, HSDP replicas included) within 10%."""
+    from rlvr.planning import checkpoint_budget as budget
 
     size = budget.model_size(config)
     if size is None:
@@ -174,10 +174,10 @@ def _within_tolerance(ratio: float, line: str, step: str, blame: str) -> str:
 
 def actor_state_per_rank(actor_dir: Path, config: Any, world_size: int) -> str:
     """Each rank's actor state, the tensors its model and optimizer shards hold, matches the
-    memory planner's per-GPU parameters + AdamW (rlvr/train/memory_model.py) within 10%: the
+    memory planner's per-GPU parameters + AdamW (rlvr/planning/memory_model.py) within 10%: the
     part of its estimate that is the same on CPU (sharding, HSDP replicas, dtype, LoRA)."""
-    from rlvr.train import memory_model
-    from rlvr.train.memory_plan import architecture, run_shape
+    from rlvr.planning import memory_model
+    from rlvr.planning.memory_plan import architecture, run_shape
 
     found = architecture(config)
     if found is None:
@@ -231,8 +231,8 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
 def gradient_scale(config: Any, model_dir: Path, world_sizes: list[int]) -> str:
     """Each update's gradient is whole: the experiment's batching passes the rules of
     ``rlvr.train.batching``, and verl's own actor update, with that batching at each world size,
-    gives the gradient norm computed outside verl (``rlvr.train.grad_scale``)."""
-    from rlvr.train import grad_scale
+    gives the gradient norm computed outside verl (``rlvr.rehearsal.grad_scale``)."""
+    from rlvr.rehearsal import grad_scale
     from rlvr.train.batching import batching
 
     found = []

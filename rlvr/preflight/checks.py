@@ -1,12 +1,12 @@
 """Checks a launcher runs before Ray starts, so a typo fails in seconds, not after cluster start-up.
 
-Usage: python -m rlvr.train.preflight EXPERIMENT [hydra overrides...]   (exit 2 with the problems)
+Usage: python -m rlvr.preflight.checks EXPERIMENT [hydra overrides...]   (exit 2 with the problems)
 
 Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key, data files
 that are missing, not Parquet or of another task, a model path that will not load (a hub id
 not in this node's HF cache: the workers run offline, ``hub_cache``), numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
-GPUs, a GPU run whose memory cannot fit the GPU (rlvr/train/memory_plan.py), a running Ray
+GPUs, a GPU run whose memory cannot fit the GPU (rlvr/planning/memory_plan.py), a running Ray
 cluster verl would join silently, and checkpoints that cannot fit the disk.
 The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
 verl config checks here also serve the sweep runner (rlvr/sweep/runner.py).
@@ -30,12 +30,12 @@ from rlvr import tasks
 from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, saved_steps, tracked_step
 from rlvr.common.messages import first_line
 from rlvr.models.hub import model_path_problem
+from rlvr.planning.checkpoint_budget import estimate, human
+from rlvr.preflight import hub_cache
+from rlvr.preflight.data import data_problems
+from rlvr.preflight.ray_cluster import ray_plan
 from rlvr.tasks import TaskSpec
-from rlvr.train import hub_cache
 from rlvr.train.batching import batching
-from rlvr.train.checkpoint_budget import estimate, human
-from rlvr.train.preflight_data import data_problems
-from rlvr.train.ray_cluster import ray_plan
 
 MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32
 
@@ -224,9 +224,9 @@ def _experiments_for(config: Any, gpus: int) -> list[str]:
 
 
 def _memory_problems(config: Any) -> list[str]:
-    """Print the GPU run's memory table (rlvr/train/memory_plan.py); a problem when it cannot
+    """Print the GPU run's memory table (rlvr/planning/memory_plan.py); a problem when it cannot
     fit the GPU this machine has, or the one the hardware overlay declares."""
-    from rlvr.train.memory_plan import plan
+    from rlvr.planning.memory_plan import plan
 
     try:
         memory = plan(config)

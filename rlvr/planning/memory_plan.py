@@ -1,12 +1,12 @@
 """Pre-flight's memory planner: will this run fit the GPU, and the node's RAM, before it starts?
 
-Usage: python -m rlvr.train.memory_plan EXPERIMENT [hydra overrides...] [--gpu_gib N] [--host_gib N]
+Usage: python -m rlvr.planning.memory_plan EXPERIMENT [overrides...] [--gpu_gib N] [--host_gib N]
 (pre-flight runs the same check for every GPU experiment; the flags plan for another machine.)
 
 From the composed config and the model's shape (a local folder's config.json, or the table of
 base models in rlvr/models/architectures.py), it estimates each GPU's peak in the three phases of
 a GRPO step (rollout with vLLM awake, the log-prob passes, the actor update; formulas in
-rlvr/train/memory_model.py) and the host RAM of a node, prints them as a small table, and refuses
+rlvr/planning/memory_model.py) and the host RAM of a node, prints them as a small table, and refuses
 a run that cannot fit with one line naming the setting to change. The GPU is the one this machine
 has; without one, the one the hardware overlay declares (``hardware_facts``).
 """
@@ -27,9 +27,9 @@ from rlvr.models.architectures import (
     lora_parameters_per_rank,
     parameter_count,
 )
-from rlvr.train import memory_model as mm
-from rlvr.train.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
-from rlvr.train.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
+from rlvr.planning import memory_model as mm
+from rlvr.planning.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
+from rlvr.planning.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
 
 ACTOR = "actor_rollout_ref.actor"
 UTILIZATION_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"

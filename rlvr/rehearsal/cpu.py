@@ -1,6 +1,6 @@
 """CPU rehearsal of a GPU experiment at its real world size, through the real launcher.
 
-Usage: python -m rlvr.train.rehearsal EXPERIMENT [--objective NAME] [--out DIR]
+Usage: python -m rlvr.rehearsal.cpu EXPERIMENT [--objective NAME] [--out DIR]
           [--gpus_per_node N] [--timeout_s S]
    (or: bash scripts/rehearse.sh EXPERIMENT [--objective NAME] ...)
 
@@ -18,7 +18,7 @@ for a multi-node experiment, step 1 on its own nodes against one node of the sam
 ("topology"). Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
 
 ``--gpu``: the same checks on a real GPU node with the real stack and a small hub model, plus
-the peak GPU memory against the planner's (rlvr/train/rehearsal_gpu.py); ``--gpu --dry_run``
+the peak GPU memory against the planner's (rlvr/rehearsal/gpu.py); ``--gpu --dry_run``
 lists its checks and tolerances without a GPU and writes nothing.
 """
 
@@ -38,15 +38,15 @@ from rlvr.common.messages import first_line
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import reap, stop
 from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
-from rlvr.train import rehearsal_checks as checks
-from rlvr.train.rehearsal_launch import (
+from rlvr.rehearsal import checks
+from rlvr.rehearsal.launch import (
     Cluster,
     launch,
     one_node_step_one,
     start_ray,
     topology,
 )
-from rlvr.train.rehearsal_plan import Plan, make_plan, prepare_inputs
+from rlvr.rehearsal.plan import Plan, make_plan, prepare_inputs
 
 
 class Runner:
@@ -165,7 +165,7 @@ def report(plan: Plan, runner: Runner, seconds: float, peaks: tuple[int, int]) -
 
 def _plan(experiment: str, out: Path, per_node: int | None, objective: str, gpu: bool) -> Plan:
     if gpu:
-        from rlvr.train.rehearsal_gpu import make_gpu_plan
+        from rlvr.rehearsal.gpu import make_gpu_plan
 
         return make_gpu_plan(experiment, out, objective)
     return make_plan(experiment, out, per_node, objective)
@@ -234,12 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     if args.dry_run:
-        from rlvr.train.rehearsal_gpu import dry_run
+        from rlvr.rehearsal.gpu import dry_run
 
         print(dry_run(plan))
         return 0
     if args.gpu:
-        from rlvr.train.rehearsal_gpu import cuda_problem
+        from rlvr.rehearsal.gpu import cuda_problem
 
         if problem := cuda_problem(plan.gpus_per_node):
             parser.error(problem)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt():  # the launch in flight and its Ray are stopped on the way out
             if args.gpu:
-                from rlvr.train.rehearsal_gpu import rehearse_gpu
+                from rlvr.rehearsal.gpu import rehearse_gpu
 
                 return rehearse_gpu(plan, args.timeout_s)
             return rehearse(plan, args.timeout_s)

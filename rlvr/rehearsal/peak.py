@@ -15,7 +15,7 @@ cache through torch's caching allocator (a CuMem pool) and, asleep, unmaps their
 memory without freeing the tensors: torch keeps counting them during the log-prob passes and the
 update (https://github.com/vllm-project/vllm/issues/17117,
 https://github.com/vllm-project/vllm/issues/33625, about verl). The CUDA context and vLLM's CUDA
-graphs are never in the count. The planner's phases (rlvr/train/memory_plan.py) are physical, so
+graphs are never in the count. The planner's phases (rlvr/planning/memory_plan.py) are physical, so
 the check translates them into torch's count from the planner's own parts:
 
 - floor: vLLM's weights and KV cache (its share less the planner's non-KV allowance, as the
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.train.rehearsal_checks import RehearsalFailure
+from rlvr.rehearsal.checks import RehearsalFailure
 
 METRIC = "perf/max_memory_allocated_gb"
 FLOOR_SHARE, CEILING_SHARE = 0.90, 1.10
@@ -72,8 +72,8 @@ class CounterView:
 def counter_view(config: Any, on: Any = None) -> CounterView:
     """The planner's phases for ``config`` on ``on`` (a memory_plan.Machine; default this machine's
     GPU, else the overlay's declared one), in torch's count."""
-    from rlvr.train import memory_model as mm
-    from rlvr.train import memory_plan
+    from rlvr.planning import memory_model as mm
+    from rlvr.planning import memory_plan
 
     plan = memory_plan.plan(config, on)
     if plan is None or not plan.machine.gpu_bytes:

@@ -5,7 +5,7 @@ A recipe's GPU count is read from its composed config (``trainer.n_gpus_per_node
 recipes this many GPUs can run, the one needing the most is chosen; GPUs it leaves idle are named
 in the explanation, with the recipe that would need more.
 
-``python -m rlvr.train.gpu_recipes [--gpus N]`` prints the chosen experiment on stdout and one
+``python -m rlvr.planning.gpu_recipes [--gpus N]`` prints the chosen experiment on stdout and one
 line about the choice on stderr (scripts/quickstart.sh reads it); without --gpus it counts this
 machine's GPUs (torch.cuda.device_count()). Exit 1 when no recipe fits, 2 on a config error.
 """
@@ -41,7 +41,7 @@ def gpus_needed(experiment: str) -> int:
     if not (CONFIG_DIR / f"{experiment}.yaml").is_file():
         raise ConfigError(
             f"GPU recipe {experiment}: configs/{experiment}.yaml is missing "
-            "(a candidate in rlvr/train/gpu_recipes.py GPU_RECIPES)"
+            "(a candidate in rlvr/planning/gpu_recipes.py GPU_RECIPES)"
         )
     trainer = compose_checked(experiment).trainer
     return int(trainer.n_gpus_per_node) * int(trainer.nnodes)
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rlvr.common.cli import OneLineParser, int_in
 
     parser = OneLineParser(
-        prog="python -m rlvr.train.gpu_recipes",
+        prog="python -m rlvr.planning.gpu_recipes",
         description="Print the Countdown GPU recipe that fits this many GPUs.",
     )
     parser.add_argument(

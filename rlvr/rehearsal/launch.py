@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import RAY_CLI, Finished, reap, run_bounded
-from rlvr.train import rehearsal_checks as checks
-from rlvr.train.rehearsal_plan import Plan
+from rlvr.rehearsal import checks
+from rlvr.rehearsal.plan import Plan
 
 
 @dataclass
@@ -105,7 +105,7 @@ def step_one(plan: Plan, name: str, one_node: bool) -> Plan:
     extra = [
         f"paths.checkpoints={run.out}/checkpoints",
         "trainer.save_freq=-1",
-        f"custom_reward_function.path={ROOT}/rlvr/train/rehearsal_reward.py",
+        f"custom_reward_function.path={ROOT}/rlvr/rehearsal/reward.py",
     ]
     drop: tuple[str, ...] = ("paths.checkpoints=",)
     if one_node:

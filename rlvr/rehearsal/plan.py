@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import tasks
+from rlvr.planning.checkpoint_budget import lora_rank
 from rlvr.tasks import TaskSpec
-from rlvr.train.checkpoint_budget import lora_rank
 
 RESPONSE_LENGTH = 16
 VAL_ROWS = 16
@@ -29,7 +29,7 @@ class Plan:
     real_world_size: int  # the GPU run's, whatever the rehearsal runs at
     objective: str = "grpo"
     overrides: list[str] = field(default_factory=list)
-    gpu: bool = False  # the GPU rehearsal (rlvr/train/rehearsal_gpu.py): real GPUs, no CPU swaps
+    gpu: bool = False  # the GPU rehearsal (rlvr/rehearsal/gpu.py): real GPUs, no CPU swaps
 
     @property
     def world_size(self) -> int:

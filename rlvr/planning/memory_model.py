@@ -1,5 +1,5 @@
 """Per-GPU and per-node memory of a verl 0.6.1 GRPO run, from the model's shape and the run's
-settings: the formulas behind pre-flight's memory planner (rlvr/train/memory_plan.py).
+settings: the formulas behind pre-flight's memory planner (rlvr/planning/memory_plan.py).
 
 What verl holds when (verl/workers/fsdp_workers.py, verl/workers/actor/dp_actor.py at v0.6.1):
 - Between phases each GPU keeps its shard of the actor's parameters (``fsdp_config.model_dtype``,
@@ -66,7 +66,7 @@ HOST_DRIVER_BYTES = 4 * GIB
 
 @dataclass(frozen=True)
 class RunShape:
-    """The settings of a run that size its memory (rlvr/train/memory_plan.py reads them)."""
+    """The settings of a run that size its memory (rlvr/planning/memory_plan.py reads them)."""
 
     gpus_per_node: int
     shard: int  # ranks the actor (and the reference, on its mesh) is sharded over
