@@ -13,6 +13,7 @@
 #   the Countdown recipe needing the most GPUs --gpus can run (python -m rlvr.planning.gpu_recipes):
 #   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ensure_uv.sh"  # uv and the locked environment, first
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
 STEPS=""

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Everything CI runs (.ci/run calls exactly this): ruff check, ruff format --check, mypy, pytest.
+# Usage: bash scripts/test.sh [pytest args...]
+#   bash scripts/test.sh                  # everything, slow end-to-end GRPO runs included
+#   bash scripts/test.sh -m "not slow"    # the fast tier, for development
+#   bash scripts/test.sh -m slow          # the end-to-end tier alone
+# Installs uv when missing and syncs the locked environment first (scripts/lib/ensure_uv.sh).
+# Exit: the first failing step's code; 0 when all pass.
+set -euo pipefail
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ensure_uv.sh"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export UV_NO_PROGRESS=1 WANDB_MODE=offline HF_HUB_OFFLINE=1
+
+uv --version
+uv run ruff check .
+uv run ruff format --check .
+uv run mypy
+uv run pytest "$@"
