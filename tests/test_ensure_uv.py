@@ -54,3 +54,4 @@ def test_ci_runs_the_readme_test_command() -> None:
         if line and not line.startswith(("#", "set ", "cd "))
     ]
     assert commands == ["bash scripts/test.sh"]
+    assert "bash scripts/test.sh" in (ROOT / "README.md").read_text()
