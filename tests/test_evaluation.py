@@ -432,9 +432,13 @@ def test_cli_every_command_on_the_tiny_model(
     code, _, err = cli("filter", "--input", str(tmp_path / "an"), "--output", str(tmp_path / "f"))
     assert code == 2 and "nothing to write" in err
     table = tmp_path / "table.md"
-    compare = ["compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json")]
+    mixed = ["compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json")]
+    code, _, err = cli(*mixed)  # greedy n=1 against sampled n=4: not the model's difference
+    assert code == 2 and "sample differently: n 1 vs 4" in err and not table.exists()
+    compare = ["compare", str(tmp_path / "reward"), str(tmp_path / "reward/summary.json")]
     code, out, _ = cli(*compare, "--output", str(table))
     assert code == 0 and "| mean score |" in out and table.read_text() == out
+    assert "| pass@1 | 0.00% | 0.00% | +0.00 pt | [+0.00, +0.00] pt |" in out
     table.write_text("mine")
     code, _, err = cli(*compare, "--output", str(table))
     assert code == 2 and "--output" in err and "--force" in err and table.read_text() == "mine"
