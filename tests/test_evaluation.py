@@ -19,6 +19,7 @@ from rlvr import tasks
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation import metrics, outputs, records, reports, selection, settings
 from rlvr.evaluation import runs as evaluation
+from rlvr.evaluation.comparable import fingerprints
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Generation, SamplingSettings
 
@@ -692,6 +693,9 @@ def test_compare_refuses_incomplete_or_mixed_runs(
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
     evaluation.run_analyse(run, rows, SAMPLED)
     complete = str(tmp_path / "run")
+    header = records.load_summary(complete).header  # what compare checks the prompts by
+    rendered = [evaluation.render_prompt(tiny_tokenizer, row["prompt"]) for row in rows]
+    assert header.model_dump() | fingerprints(rows, rendered) == header.model_dump()
     assert eval_cli.main("countdown", "t", ["compare", complete, complete]) == 0  # control
     capsys.readouterr()
     partial = tmp_path / ".run.partial-1"  # what an interrupted run leaves

@@ -139,11 +139,20 @@ def compare_markdown(
         for name, run in zip(names, (base, trained), strict=True)
     ]
     if deltas:
+        notes.append(f"both: {_generation(base)} on the same prompts, so paired over prompts")
         notes += ["", *[_interval_line(d) for d in deltas]]
         notes += ["* = the 95% interval excludes zero; - = no per-prompt pairing for this metric"]
     if (base.header.data, base.header.prompts) != (trained.header.data, trained.header.prompts):
         notes.append("warning: the two runs did not use the same prompts")
     return "\n".join([*lines, "", *notes]) + "\n"
+
+
+def _generation(run: Summary) -> str:
+    sampling = run.header.sampling
+    if sampling.get("temperature") == 0:
+        return f"greedy, max_tokens={sampling.get('max_tokens')}"
+    keys = ("n", "temperature", "top_p", "max_tokens", "seed")
+    return "sampled, " + ", ".join(f"{key}={sampling.get(key)}" for key in keys)
 
 
 def _interval_cell(ci: Interval) -> str:
