@@ -197,3 +197,17 @@ def test_an_old_run_without_a_seed_is_refused_when_sampling(
     Path(old, "summary.json").write_text(json.dumps(summary))
     code, _, err = compare(old, write_run(tmp_path / "new", TRAINED), capsys)
     assert code == 2 and f"BASE {old} records no sampling.seed" in err, err
+
+
+def test_one_prompt_compares_without_an_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _rows()[:1]
+    code, out, err = compare(
+        write_run(tmp_path / "base", BASE[:1], rows),
+        write_run(tmp_path / "t", TRAINED[:1], rows),
+        capsys,
+    )
+    assert code == 0, err
+    assert "| pass@1 | 0.00% | 100.00% | +100.00 pt | - |" in out
+    assert "warning: one prompt: no interval" in out and "95% CI [" not in out

@@ -117,7 +117,8 @@ def compare_markdown(
     names: tuple[str, str] = ("base", "trained"),
 ) -> str:
     """A side-by-side "Base -> Trained" Markdown table of two summaries, with deltas and, for
-    the metrics in ``deltas`` (paired over prompts, ``paired.py``), their 95% intervals."""
+    the metrics in ``deltas`` (paired over prompts, ``paired.py``), their 95% intervals. Whether
+    the two runs compare at all is ``comparable.check_comparable``'s to say, before."""
     keys = [row for row in _report_keys(base) if trained.metrics.get(row[0]) is not None]
     if not keys:
         raise EvalError("the two summaries share no metrics")
@@ -142,8 +143,6 @@ def compare_markdown(
         notes.append(f"both: {_generation(base)} on the same prompts, so paired over prompts")
         notes += ["", *[_interval_line(d) for d in deltas]]
         notes += ["* = the 95% interval excludes zero; - = no per-prompt pairing for this metric"]
-    if (base.header.data, base.header.prompts) != (trained.header.data, trained.header.prompts):
-        notes.append("warning: the two runs did not use the same prompts")
     return "\n".join([*lines, "", *notes]) + "\n"
 
 
