@@ -156,6 +156,11 @@ def test_runs_on_the_same_settings_compare(
         capsys,
     )
     assert code == 0, err
+    summary = json.loads((tmp_path / "g1/summary.json").read_text())
+    del summary["sampling"]["seed"]  # as an old greedy run might lack it
+    (tmp_path / "g1/summary.json").write_text(json.dumps(summary))
+    code, out, err = compare(str(tmp_path / "g0"), str(tmp_path / "g1"), capsys)
+    assert code == 0 and "warning: TRAINED records no seed (greedy: it cannot matter)" in out, err
 
 
 REFUSALS = [

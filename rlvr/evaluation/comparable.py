@@ -59,7 +59,7 @@ def check_comparable(base: EvalRunSamples, trained: EvalRunSamples) -> list[str]
         for name, run in runs:
             if key not in run.summary.header.sampling:
                 if key == "seed" and greedy:
-                    warnings.append(f"warning: {name} records no sampling seed (greedy: no matter)")
+                    warnings.append(f"warning: {name} records no seed (greedy: it cannot matter)")
                     continue
                 raise _missing(name, run, f"sampling.{key}")
     for name, run in runs:
@@ -68,10 +68,10 @@ def check_comparable(base: EvalRunSamples, trained: EvalRunSamples) -> list[str]
                 raise _missing(name, run, key)
     check_pairable(base, trained)  # prompts by (index, ground truth), sampling, reward kwargs
     _check_same(heads, "prompts_sha256", "different prompts (the data's prompt content)")
-    _check_same(heads, "rendered_sha256", "prompts rendered differently (chat template)")
-    if heads[0].template_kwargs != heads[1].template_kwargs:
+    if heads[0].template_kwargs != heads[1].template_kwargs:  # before the hash: names more
         kwargs = [head.template_kwargs for head in heads]
         raise EvalError(_differ(f"chat template kwargs {kwargs[0]} vs {kwargs[1]}"))
+    _check_same(heads, "rendered_sha256", "prompts rendered differently (chat template/tokenizer)")
     for key in GENERATION_KEYS:
         if key == "seed" and greedy:
             continue
@@ -88,8 +88,8 @@ def check_comparable(base: EvalRunSamples, trained: EvalRunSamples) -> list[str]
 
 def _missing(name: str, run: EvalRunSamples, field: str) -> EvalError:
     return EvalError(
-        f"{name} {run.path} records no {field} (written by an earlier version): its runs "
-        "cannot be checked to match; re-run its eval to compare"
+        f"{name} {run.path} records no {field} (written by an earlier version), so it "
+        "cannot be checked to match the other run; re-run its eval to compare"
     )
 
 
