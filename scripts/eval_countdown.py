@@ -6,7 +6,7 @@ Usage: uv run scripts/eval_countdown.py --model_path DIR [--limit N] [COMMAND [o
   analyse  --n 16 (alias --rollout_n): per-prompt variance and entropy, and whether GRPO can learn
   stats    --input RUN: the high-value prompts of an analyse run
   filter   --input RUN --output FILE.parquet: those prompts as training data
-  compare  BASE TRAINED: a Markdown table of two runs with deltas
+  compare  BASE TRAINED: two runs side by side, deltas with paired 95% intervals
 The options of reward/passk/analyse may come before or after the command. A run folder
 (--output) is written whole at the end; an existing one is refused unless --force is given,
 which replaces it once the new run has completed (the same for compare/filter --output).

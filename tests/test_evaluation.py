@@ -19,6 +19,7 @@ from rlvr import tasks
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation import metrics, outputs, records, reports, selection, settings
 from rlvr.evaluation import runs as evaluation
+from rlvr.evaluation.comparable import fingerprints
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Generation, SamplingSettings
 
@@ -266,8 +267,6 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     table = reports.compare_markdown(base, trained)
     assert "| mean score |" in table and "+25.00 pt" in table
     assert "same prompts" not in table
-    fewer = replace(trained, header=trained.header.model_copy(update={"prompts": 3}))
-    assert "did not use the same prompts" in reports.compare_markdown(base, fewer)
 
 
 # A summary.json and a prompts.jsonl line as earlier versions wrote them.
@@ -432,9 +431,13 @@ def test_cli_every_command_on_the_tiny_model(
     code, _, err = cli("filter", "--input", str(tmp_path / "an"), "--output", str(tmp_path / "f"))
     assert code == 2 and "nothing to write" in err
     table = tmp_path / "table.md"
-    compare = ["compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json")]
+    mixed = ["compare", str(tmp_path / "reward"), str(tmp_path / "passk/summary.json")]
+    code, _, err = cli(*mixed)  # greedy n=1 against sampled n=4: not the model's difference
+    assert code == 2 and "sample differently: n 1 vs 4" in err and not table.exists()
+    compare = ["compare", str(tmp_path / "reward"), str(tmp_path / "reward/summary.json")]
     code, out, _ = cli(*compare, "--output", str(table))
     assert code == 0 and "| mean score |" in out and table.read_text() == out
+    assert "| pass@1 | 0.00% | 0.00% | +0.00 pt | [+0.00, +0.00] pt |" in out
     table.write_text("mine")
     code, _, err = cli(*compare, "--output", str(table))
     assert code == 2 and "--output" in err and "--force" in err and table.read_text() == "mine"
@@ -688,6 +691,9 @@ def test_compare_refuses_incomplete_or_mixed_runs(
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
     evaluation.run_analyse(run, rows, SAMPLED)
     complete = str(tmp_path / "run")
+    header = records.load_summary(complete).header  # what compare checks the prompts by
+    rendered = [evaluation.render_prompt(tiny_tokenizer, row["prompt"]) for row in rows]
+    assert header.model_dump() | fingerprints(rows, rendered) == header.model_dump()
     assert eval_cli.main("countdown", "t", ["compare", complete, complete]) == 0  # control
     capsys.readouterr()
     partial = tmp_path / ".run.partial-1"  # what an interrupted run leaves

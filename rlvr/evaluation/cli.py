@@ -263,7 +263,11 @@ def _add_run_commands(commands: Subcommands) -> None:
                 help="Parquet to write, e.g. artifacts/data/countdown/train_learnable.parquet",
             )
             _add_force(sub)
-    compare = commands.add_parser("compare", help="Markdown table of two runs with deltas")
+    compare = commands.add_parser(
+        "compare",
+        help="two runs side by side, deltas with paired 95%% intervals; runs on other prompts or "
+        "settings are refused",
+    )
     compare.add_argument("base", help="run folder or summary.json of the base model")
     compare.add_argument("trained", help="run folder or summary.json of the trained model")
     compare.add_argument("--output", default=argparse.SUPPRESS, help="also write the table here")

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from rlvr.evaluation import runs
+from rlvr.evaluation.comparable import check_comparable
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import SamplingSettings
 from rlvr.evaluation.outputs import (
@@ -23,6 +24,7 @@ from rlvr.evaluation.outputs import (
     refuse_existing_run,
     write_new_text,
 )
+from rlvr.evaluation.paired import EvalRunSamples, deltas_between
 from rlvr.evaluation.records import Summary, load_summary
 from rlvr.evaluation.reports import compare_markdown, stats_markdown, summary_markdown
 from rlvr.evaluation.selection import filter_learnable, high_value_prompts, load_prompt_records
@@ -30,6 +32,8 @@ from rlvr.evaluation.settings import RunSettings, eval_settings
 
 
 def compare(base: str, trained: str, output: str | None, force: bool) -> int:
+    """The two runs side by side; the per-prompt means with their paired 95% intervals. Runs
+    that differ in anything but the model are refused (``comparable.py``)."""
     if output:
         refuse_existing(Path(output), force)
         refuse_output_in_inputs(Path(output), {"BASE": base, "TRAINED": trained})
@@ -42,7 +46,18 @@ def compare(base: str, trained: str, output: str | None, force: bool) -> int:
             f"{summaries[1].header.task} run: their scores do not compare; pass two runs of one "
             "task"
         )
-    table = compare_markdown(*summaries)
+    # a summary.json given stands for its run folder: the samples are read beside it
+    before, after = (
+        EvalRunSamples.load(path if Path(path).is_dir() else Path(path).parent, summary)
+        for path, summary in zip((base, trained), summaries, strict=True)
+    )
+    warnings = check_comparable(before, after)
+    prompts = len(before.prompts)
+    deltas = deltas_between(before, after) if prompts > 1 else []
+    table = compare_markdown(*summaries, deltas)
+    if prompts < 2:
+        warnings.append("warning: one prompt: no interval; evaluate more prompts to judge")
+    table += "".join(f"{line}\n" for line in warnings)
     print(table, end="")
     if output:
         write_new_text(Path(output), table, force)

@@ -79,9 +79,10 @@ class EvalRunSamples:
     prompts: dict[PromptKey, list[GradedSample]]
 
     @classmethod
-    def load(cls, path: str | Path) -> EvalRunSamples:
+    def load(cls, path: str | Path, summary: Summary | None = None) -> EvalRunSamples:
+        """The run in folder ``path``; ``summary``, when given, stands for its summary.json."""
         folder = Path(path)
-        summary = load_summary(folder)
+        summary = summary or load_summary(folder)
         samples_file = folder / "samples.jsonl"
         if not samples_file.is_file():
             raise EvalError(f"{folder}: no samples.jsonl (is it an eval run folder?)")
@@ -153,6 +154,13 @@ def paired_deltas(
     paired delta's 95% t interval over prompts. Raises ``EvalError`` on unpairable runs."""
     before, after = EvalRunSamples.load(before_dir), EvalRunSamples.load(after_dir)
     check_pairable(before, after)
+    return deltas_between(before, after, parts)
+
+
+def deltas_between(
+    before: EvalRunSamples, after: EvalRunSamples, parts: Sequence[str] = tuple(PARTS)
+) -> list[PairedDelta]:
+    """``paired_deltas`` of two loaded runs, already checked to pair (``check_pairable``)."""
     deltas = []
     for part in parts:
         if part not in PARTS:

@@ -37,6 +37,7 @@ JSONValue: TypeAlias = JsonValue
 JSONDict: TypeAlias = dict[str, JsonValue]
 ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
 R = TypeVar("R")
+FINGERPRINT_KEYS = ("prompts_sha256", "rendered_sha256")  # RunHeader's, optional
 
 
 def jsonable(value: object) -> JSONValue:
@@ -186,6 +187,14 @@ class RunHeader(_Record):
     sampling: JSONDict
     reward_kwargs: JSONDict
     template_kwargs: JSONDict
+    # What ``compare`` checks the prompts by (``comparable.py``); None in runs written before
+    # they were recorded, and then left out on disk so an old summary round-trips unchanged.
+    prompts_sha256: str | None = None  # the data's prompts and ground truths, in order
+    rendered_sha256: str | None = None  # the token ids the model saw (chat template applied)
+
+    def to_json(self) -> JSONDict:
+        flat = self.model_dump()
+        return {k: v for k, v in flat.items() if k not in FINGERPRINT_KEYS or v is not None}
 
 
 class _VerdictKeys(_Record):

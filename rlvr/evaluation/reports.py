@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.paired import Interval, PairedDelta
 from rlvr.evaluation.records import AnalyseRecord, Recommendations, Summary
 
 # Metrics shown in reports, in order; rates print as percentages.
@@ -105,29 +106,71 @@ def recommendations_markdown(recommended: Recommendations) -> list[str]:
     return lines + [f"- {check.line()}" for check in recommended.checks]
 
 
+#: The summary metrics that are per-prompt means of a per-sample value: ``paired.PARTS``.
+PAIRED_METRICS = {"mean_score": "score", "pass@1": "success", "format_rate": "format"}
+
+
 def compare_markdown(
-    base: Summary, trained: Summary, names: tuple[str, str] = ("base", "trained")
+    base: Summary,
+    trained: Summary,
+    deltas: Sequence[PairedDelta] = (),
+    names: tuple[str, str] = ("base", "trained"),
 ) -> str:
-    """A side-by-side "Base -> Trained" Markdown table of two summaries, with deltas."""
+    """A side-by-side "Base -> Trained" Markdown table of two summaries, with deltas and, for
+    the metrics in ``deltas`` (paired over prompts, ``paired.py``), their 95% intervals. Whether
+    the two runs compare at all is ``comparable.check_comparable``'s to say, before."""
     keys = [row for row in _report_keys(base) if trained.metrics.get(row[0]) is not None]
     if not keys:
         raise EvalError("the two summaries share no metrics")
+    by_part = {d.part: d for d in deltas}
     lines = [
-        f"| metric | {names[0]} | {names[1]} | delta |",
-        "|---|---|---|---|",
+        f"| metric | {names[0]} | {names[1]} | delta | 95% CI (paired over prompts) |",
+        "|---|---|---|---|---|",
     ]
     for key, label, kind in keys:
         b, t = _metric(base, key), _metric(trained, key)
+        paired = by_part.get(PAIRED_METRICS.get(key, ""))
+        ci = "-" if paired is None else _interval_cell(paired.interval)
         lines.append(
-            f"| {label} | {_format(b, kind)} | {_format(t, kind)} | {_format_delta(t - b, kind)} |"
+            f"| {label} | {_format(b, kind)} | {_format(t, kind)} | "
+            f"{_format_delta(t - b, kind)} | {ci} |"
         )
     notes = [
         f"{name}: {run.header.model} ({run.header.command}, {run.header.prompts} prompts)"
         for name, run in zip(names, (base, trained), strict=True)
     ]
-    if (base.header.data, base.header.prompts) != (trained.header.data, trained.header.prompts):
-        notes.append("warning: the two runs did not use the same prompts")
+    if deltas:
+        notes.append(f"both: {_generation(base)} on the same prompts, so paired over prompts")
+        notes += ["", *[_interval_line(d) for d in deltas]]
+        notes += ["* = the 95% interval excludes zero; - = no per-prompt pairing for this metric"]
     return "\n".join([*lines, "", *notes]) + "\n"
+
+
+def _generation(run: Summary) -> str:
+    sampling = run.header.sampling
+    if sampling.get("temperature") == 0:
+        return f"greedy, max_tokens={sampling.get('max_tokens')}"
+    keys = ("n", "temperature", "top_p", "max_tokens", "seed")
+    return "sampled, " + ", ".join(f"{key}={sampling.get(key)}" for key in keys)
+
+
+def _interval_cell(ci: Interval) -> str:
+    mark = " *" if ci.excludes_zero else ""
+    return f"[{ci.low * 100:+.2f}, {ci.high * 100:+.2f}] pt{mark}"
+
+
+def _interval_line(delta: PairedDelta) -> str:
+    """Whether the delta is one these prompts can tell from noise, in words."""
+    ci = delta.interval
+    said = (
+        f"the interval excludes zero: a {'gain' if ci.mean > 0 else 'loss'} on these prompts"
+        if ci.excludes_zero
+        else "the interval includes zero: no change these prompts can tell from noise"
+    )
+    return (
+        f"- {delta.label}: {ci.mean * 100:+.2f} pt, 95% CI {_interval_cell(ci).rstrip(' *')} "
+        f"over {ci.n} prompts; {said}"
+    )
 
 
 def stats_markdown(

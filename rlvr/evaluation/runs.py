@@ -25,6 +25,7 @@ from rlvr.common.files import write_json_atomic, write_text_atomic
 from rlvr.common.messages import first_line
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.evaluation import metrics, model_checks, recommend
+from rlvr.evaluation.comparable import fingerprints
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.generation import Backend, Generation, SamplingSettings
 from rlvr.evaluation.outputs import staged_run_dir
@@ -256,17 +257,20 @@ class EvalRun:
             token_ids=list(generation.token_ids),
         )
 
-    def header(self, command: str, sampling: SamplingSettings, prompts: int) -> RunHeader:
+    def header(self, command: str, sampling: SamplingSettings, rows: Sequence[Row]) -> RunHeader:
+        tokenizer = tokenizer_of(self.backend)  # rendered again: cheap beside generation
+        rendered = [render_prompt(tokenizer, r["prompt"], **self.template_kwargs) for r in rows]
         return RunHeader(
             command=command,
             task=self.task.name,
             model=self.model_path,
             data=str(Path(self.data_path).resolve()),
-            prompts=prompts,
+            prompts=len(rows),
             backend=self.backend.name,
             sampling={key: jsonable(value) for key, value in asdict(sampling).items()},
             reward_kwargs=dict(self.reward_kwargs),
             template_kwargs=dict(self.template_kwargs),
+            **fingerprints(rows, rendered),
         )
 
 
@@ -308,7 +312,7 @@ def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) ->
     sampling = replace(sampling, n=1, temperature=0.0)
     with staged_run_dir(run.output_dir, run.force) as folder:
         graded = run.sample_and_grade(rows, sampling, folder)
-        summary = Summary(run.header("reward", sampling, len(rows)), response_summary(graded))
+        summary = Summary(run.header("reward", sampling, rows), response_summary(graded))
         write_summary(folder, summary)
     return summary
 
@@ -343,7 +347,7 @@ def run_passk(
         write_jsonl(folder / "prompts.jsonl", (r.to_json() for r in records))
         majk = {f"maj@{k}": metrics.mean([m[k] for m in maj_at]) for k in ks} if voting else {}
         summary = Summary(
-            run.header("passk", sampling, len(rows)),
+            run.header("passk", sampling, rows),
             {**response_summary(graded), **metrics.passk_summary(successes, n, ks), **majk},
         )
         write_summary(folder, summary)
@@ -370,7 +374,7 @@ def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -
             overall[key] or 0.0 for key in ("accuracy", "mean_variance", "mean_outcome_entropy")
         )
         summary = Summary(
-            run.header("analyse", sampling, len(rows)),
+            run.header("analyse", sampling, rows),
             {**response_summary(graded), **overall},
             verdict=metrics.verdict(
                 accuracy, variance, entropy, overall["nonzero_variance_fraction"] or 0.0
