@@ -1,10 +1,12 @@
 """docs/ADDING_A_TASK.md, proven: in a copy of this working tree, a third task ("parity") is
 added by the page's steps and nothing else; ``git status`` then lists exactly the paths the page
-names, and the task registers, composes, passes pre-flight and (slow) trains one GRPO step
-through the documented launcher. If a task ever needs one more file, a step here fails."""
+names, and the task registers, composes, passes pre-flight (which refuses another task's data),
+evaluates and (slow) trains one GRPO step through the documented launcher. If a task ever needs
+one more file or edit, a step here fails."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -226,15 +228,22 @@ def test_the_copy_runs_its_own_code(repo: tuple[Path, list[str]]) -> None:
     ]
 
 
+@pytest.fixture(scope="module")
+def data(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The task's data, made by its own prep (``python -m rlvr.tasks prep parity``)."""
+    copy, _ = repo
+    folder = tmp_path_factory.mktemp("data")
+    prep = _python(copy, "-m", "rlvr.tasks", "prep", TASK, "--local_dir", str(folder / TASK))
+    assert prep.returncode == 0 and "example row:" in prep.stdout, prep.stderr
+    return folder
+
+
 def test_the_task_registers_composes_and_passes_preflight(
-    repo: tuple[Path, list[str]], tiny_model_dir: Path, tmp_path: Path
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path
 ) -> None:
     copy, _ = repo
     listed = _python(copy, "-m", "rlvr.tasks", "list")
     assert f"{TASK}: Parity" in listed.stdout, listed.stderr
-    data = tmp_path / "data"
-    prep = _python(copy, "-m", "rlvr.tasks", "prep", TASK, "--local_dir", str(data / TASK))
-    assert prep.returncode == 0 and "example row:" in prep.stdout, prep.stderr
     composed = _python(
         copy, "-c",
         "from rlvr import tasks; from rlvr.train.config import compose, validate\n"
@@ -246,6 +255,64 @@ def test_the_task_registers_composes_and_passes_preflight(
     checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
     assert checked.returncode == 0, checked.stderr
     assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in checked.stdout
+
+
+def test_eval_grades_with_the_tasks_reward(
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    copy, _ = repo
+    argv = ["--model_path", str(tiny_model_dir), "--data", str(data / TASK / "test.parquet")]
+    argv += ["--limit", "4", "--max_tokens", "4", "--quiet", "--backend", "hf"]
+    out = tmp_path / "eval"
+    done = _python(copy, "-m", "rlvr.evaluation", TASK, *argv, "--output", str(out), "reward")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["task"] == TASK and summary["prompts"] == 4
+
+
+def test_preflight_refuses_another_tasks_data(
+    repo: tuple[Path, list[str]], tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Countdown rows under the parity reward would all score 0, silently."""
+    copy, _ = repo
+    prep = ["prep", "countdown", "--source", "generate", "--train_size", "8", "--test_size", "4"]
+    made = _python(copy, "-m", "rlvr.tasks", *prep, "--local_dir", str(tmp_path / TASK))
+    assert made.returncode == 0, made.stderr
+    run = [f"paths.data={tmp_path}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+    checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
+    assert checked.returncode == 2
+    assert f"holds data_source ['countdown'], but the reward grades {TASK}" in checked.stderr
+
+
+RECOMPOSE = f"""
+from pathlib import Path
+from rlvr.train import config as c
+overlay = c.CONFIG_DIR / "task" / "{TASK}.yaml"
+text = overlay.read_text()
+first = c.compose("{EXPERIMENT}")
+first.data.max_prompt_length = 99  # the caller's copy only
+sizes = [c.compose("{EXPERIMENT}").data.max_prompt_length]
+try:
+    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 128"))
+    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+    c._config_files_stamp = lambda task_dirs: ()  # negative control: the stamp frozen
+    c.compose("{EXPERIMENT}")
+    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 64"))
+    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+finally:
+    overlay.write_text(text)
+print(sizes)
+"""
+
+
+def test_compose_sees_an_edited_overlay_and_hands_out_copies(
+    repo: tuple[Path, list[str]],
+) -> None:
+    """compose() caches by the config files' stamps: an edited overlay composes anew and each
+    caller gets its own copy; with the stamp frozen, the edit goes unseen."""
+    copy, _ = repo
+    done = _python(copy, "-c", RECOMPOSE)
+    assert done.stdout.strip() == "[256, 128, 128]", done.stderr
 
 
 def test_without_the_registry_line_preflight_names_the_missing_step(
@@ -269,13 +336,10 @@ def test_without_the_registry_line_preflight_names_the_missing_step(
 @pytest.mark.slow
 @pytest.mark.no_cuda  # the CPU path
 def test_the_new_task_trains_one_grpo_step_through_the_launcher(
-    repo: tuple[Path, list[str]], tiny_model_dir: Path, tmp_path: Path
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     copy, _ = repo
     launcher = next(path for path in LAUNCHERS if (copy / path).is_file())
-    data = tmp_path / "data"
-    prep = _python(copy, "-m", "rlvr.tasks", "prep", TASK, "--local_dir", str(data / TASK))
-    assert prep.returncode == 0, prep.stderr
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")  # short: Ray's socket paths
     env = {**_env(copy), "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
     cmd = ["bash", launcher, EXPERIMENT, f"paths.data={data}"]
