@@ -3,8 +3,9 @@ pre-flight, the launchers and the tests need to know about it.
 
 verl fixes three of a task's parts: a reward is a Python file loaded by path
 (``custom_reward_function.path``), data is Parquet in its RLHFDataset schema, and a run is a
-Hydra config (the task's overlay, ``configs/task/<name>.yaml``). A spec ties those together
-with the task's own prep code. See docs/ADDING_A_TASK.md.
+Hydra config (the task's overlay, ``configs/task/<name>.yaml``, which names the task in
+``recipe.task``). A spec ties those together with the task's own prep code; each task module
+states its ``SPEC`` field by field. See docs/ADDING_A_TASK.md.
 """
 
 from __future__ import annotations
