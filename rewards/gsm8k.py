@@ -43,19 +43,7 @@ from fractions import Fraction
 from numbers import Rational
 from typing import Any
 
-try:
-    from rewards import _text
-except ImportError:  # loaded by file path (verl's custom_reward_function) outside the project
-    import importlib.util as _ilu
-    import pathlib as _pl
-
-    _spec = _ilu.spec_from_file_location(
-        "_rlvr_reward_text", _pl.Path(__file__).with_name("_text.py")
-    )
-    if _spec is None or _spec.loader is None:  # pragma: no cover - the file sits beside this one
-        raise ImportError("rewards/_text.py not found beside this reward file") from None
-    _text = _ilu.module_from_spec(_spec)
-    _spec.loader.exec_module(_text)
+from rewards import _text
 
 # --- output contract -----------------------------------------------------------------------------
 

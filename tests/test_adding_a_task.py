@@ -1,163 +1,358 @@
-"""docs/ADDING_A_TASK.md, proven: a task defined only in this file (reward, overlay, prep) goes
-through data prep, pre-flight and eval with one registry call and no edit anywhere else."""
+"""docs/ADDING_A_TASK.md, proven: in a copy of this working tree, a third task ("parity") is
+added by the page's steps and nothing else; ``git status`` then lists exactly the paths the page
+names, and the task registers, composes, passes pre-flight (which refuses another task's data),
+evaluates and (slow) trains one GRPO step through the documented launcher. If a task ever needs
+one more file or edit, a step here fails."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rlvr import tasks
-from rlvr.data.prep import PrepResult, chat_prompt, write_splits
-from rlvr.evaluation import cli as eval_cli
-from rlvr.preflight import checks as preflight
-from rlvr.tasks import TaskSpec, prep_cli
+from rlvr.common import processes
 
-WORDS = ["apple", "river", "stone", "cloud", "maple", "ember", "frost", "grain"]
+ROOT = Path(__file__).resolve().parents[1]
+TASK, MODEL = "parity", "tiny"
+EXPERIMENT = f"{TASK}_{MODEL}"
+#: The GRPO launcher, renamed in issue 39; the first that exists in the copy runs.
+LAUNCHERS = ("scripts/train.sh", "scripts/launch_grpo.sh")
+RUN_TIMEOUT_S = 900
 
 REWARD = '''
-"""Echo: the answer is the requested word. Standard library only, never raises."""
+"""Parity: say whether a number is even or odd, in answer tags. Standard library only."""
+
+from rewards import _text
+
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+INSTRUCTION = "Is {n} even or odd? Answer with <answer>even</answer> or <answer>odd</answer>."
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    unknown = set(kwargs) - {"format_score"}
-    if unknown:
-        raise TypeError(f"unknown reward kwargs {sorted(unknown)}")
-    words = str(solution_str or "").lower().split()
-    hit = isinstance(ground_truth, str) and ground_truth in words
-    return {"score": 1.0 if hit else 0.0, "format": float(bool(words))}
+    text = _text.as_text(solution_str)
+    answer = _text.last_tagged(text, ANSWER_OPEN, ANSWER_CLOSE) if text is not None else None
+    said = answer.strip().lower() if answer else None
+    return {"score": float(said == ground_truth), "format": float(said in ("even", "odd"))}
+'''
+
+TASK_MODULE = '''
+"""Parity: is a number even or odd (the example task of docs/ADDING_A_TASK.md)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+from rewards import parity as contract
+from rlvr.common.paths import ROOT
+from rlvr.data.prep import PrepResult, add_split_arguments, chat_prompt, split_options, write_splits
+from rlvr.tasks.spec import TaskSpec
+
+DATA_SOURCE = "parity"
+
+
+def _row(number: int, split: str, index: int) -> dict[str, Any]:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": chat_prompt(contract.INSTRUCTION.format(n=number)),
+        "ability": "parity",
+        "reward_model": {"style": "rule", "ground_truth": ("even", "odd")[number % 2]},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def prepare(local_dir: str | Path, train_size: int | None, test_size: int, seed: int) -> PrepResult:
+    numbers = random.Random(seed).sample(range(100_000), (train_size or 64) + test_size)
+    chosen = {"test": numbers[:test_size], "train": numbers[test_size:]}  # distinct: no overlap
+    rows = {split: [_row(n, split, i) for i, n in enumerate(ns)] for split, ns in chosen.items()}
+    paths = write_splits(local_dir, rows)
+    counts = {split: len(r) for split, r in rows.items()}
+    lines = [f"{split}: {counts[split]} rows -> {paths[split]}" for split in rows]
+    return PrepResult(paths, counts, {}, rows["train"][0], lines)
+
+
+def add_prep_arguments(parser: argparse.ArgumentParser) -> None:
+    add_split_arguments(parser, test_default=16, train_help="train rows (default 64)",
+                        test_help="test rows")
+
+
+def prepare_from_args(args: argparse.Namespace) -> PrepResult:
+    return prepare(args.local_dir, **split_options(args))
+
+
+def offline_data(out: Path, train_rows: int, val_rows: int) -> None:
+    prepare(out, train_rows, val_rows, seed=0)
+
+
+SPEC = TaskSpec(
+    name="parity",
+    data_source=DATA_SOURCE,
+    reward_file=ROOT / "rewards" / "parity.py",
+    summary="Parity: say whether a number is even or odd.",
+    add_prep_arguments=add_prep_arguments,
+    prepare=prepare_from_args,
+    offline_data=offline_data,
+    default_experiment="parity_tiny",
+)
 '''
 
 OVERLAY = """
 # @package _global_
+# Parity: data from python -m rlvr.tasks prep parity, graded by rewards/parity.py.
+recipe:
+  task: parity
 data:
-  train_files: ${paths.data}/echo/train.parquet
-  val_files: ${paths.data}/echo/test.parquet
-  max_prompt_length: 64
-  max_response_length: 8
+  train_files: ${paths.data}/parity/train.parquet
+  val_files: ${paths.data}/parity/test.parquet
+  max_prompt_length: 256
+  max_response_length: 16
+  filter_overlong_prompts: false
+  truncation: error
 custom_reward_function:
-  path: REWARD_PATH
+  path: ${paths.root}/rewards/parity.py
   name: compute_score
-  reward_kwargs:
-    format_score: 0.0
+  reward_kwargs: {}
+trainer:
+  total_epochs: 1
+  total_training_steps: 20
+  save_freq: 10
 """
 
 
-def _rows(split: str, count: int) -> list[dict]:
+def _git(repo: Path, *args: str) -> str:
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.invalid"]
+    done = subprocess.run(["git", *identity, *args], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _copy_working_tree(dest: Path) -> None:
+    """Tracked and untracked-but-not-ignored files of this tree, committed in a fresh repo."""
+    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the working tree is not copied
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "-m", "the working tree")
+
+
+def _write(repo: Path, path: str, text: str) -> str:
+    (repo / path).write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def _register(registry: str) -> str:
+    """The registry line of step 4: the module's import and its SPEC in SPECS."""
+    importing = (r"^from rlvr\.tasks import (.+)$", rf"from rlvr.tasks import \1, {TASK}")
+    registry, imports = re.subn(*importing, registry, count=1, flags=re.M)
+    listing = (r"^(SPECS\b.*= \(\n)", rf"\1    {TASK}.SPEC,\n")
+    registry, listed = re.subn(*listing, registry, count=1, flags=re.M)
+    assert imports == listed == 1, "rlvr/tasks/__init__.py no longer has the documented shape"
+    return registry
+
+
+def add_the_task(repo: Path) -> list[str]:
+    """docs/ADDING_A_TASK.md's five steps for ``parity``; the paths written, in order."""
+    registry = repo / "rlvr/tasks/__init__.py"
+    registry.write_text(_register(registry.read_text()))
+    experiment = (repo / "configs/countdown_cpu.yaml").read_text()
+    for old, new in (("task: countdown", f"task: {TASK}"), ("countdown_cpu", EXPERIMENT)):
+        assert old in experiment, f"configs/countdown_cpu.yaml has no {old!r} to change"
+        experiment = experiment.replace(old, new)
     return [
-        {
-            "data_source": "echo",
-            "prompt": chat_prompt(f"Say the word {WORDS[i % len(WORDS)]}."),
-            "ability": "echo",
-            "reward_model": {"style": "rule", "ground_truth": WORDS[i % len(WORDS)]},
-            "extra_info": {"split": split, "index": i},
-        }
-        for i in range(count)
+        _write(repo, f"rewards/{TASK}.py", REWARD),
+        _write(repo, f"rlvr/tasks/{TASK}.py", TASK_MODULE),
+        _write(repo, f"configs/task/{TASK}.yaml", OVERLAY),
+        "rlvr/tasks/__init__.py",
+        _write(repo, f"configs/{EXPERIMENT}.yaml", experiment),
     ]
 
 
-def _prepare(args: argparse.Namespace) -> PrepResult:
-    rows = {"train": _rows("train", args.size), "test": _rows("test", 4)}
-    paths = write_splits(args.local_dir, rows)
-    counts = {split: len(r) for split, r in rows.items()}
-    return PrepResult(paths, counts, {}, rows["train"][0], [f"{counts} -> {args.local_dir}"])
+def documented_paths(repo: Path) -> list[str]:
+    """The numbered steps' paths in docs/ADDING_A_TASK.md, for this task and model."""
+    page = (repo / "docs/ADDING_A_TASK.md").read_text()
+    steps = re.findall(r"^\d+\. `([^`]+)`", page, re.M)
+    named = [s.replace("math_qwen2_5_3b", EXPERIMENT).replace("math", TASK) for s in steps]
+    return named
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size", type=int, default=8, help="train rows")
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    copy = tmp_path_factory.mktemp("repo")
+    _copy_working_tree(copy)
+    yield copy, add_the_task(copy)
 
 
-@pytest.fixture
-def echo_task(tmp_path: Path) -> Iterator[TaskSpec]:
-    reward = tmp_path / "echo_reward.py"
-    reward.write_text(textwrap.dedent(REWARD))
-    overlay = tmp_path / "configs" / "task" / "echo.yaml"
-    overlay.parent.mkdir(parents=True)
-    overlay.write_text(OVERLAY.replace("REWARD_PATH", str(reward)))
-    spec = TaskSpec(
-        name="echo",
-        data_source="echo",
-        reward_file=reward,
-        summary="Echo: repeat the requested word.",
-        add_prep_arguments=_add_arguments,
-        prepare=_prepare,
-        offline_data=lambda out, train, val: None,
-        default_experiment="countdown_cpu",
-        config_dir=tmp_path / "configs",
-    )
-    tasks.register(spec)  # the one registry line
-    yield spec
-    tasks.unregister("echo")
+def _env(copy: Path) -> dict[str, str]:
+    """The copy's code first on the path (this tree's is installed editable), this tree's venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "VIRTUAL_ENV")}
+    env.update(PYTHONPATH=str(copy), UV_PROJECT_ENVIRONMENT=str(ROOT / ".venv"))
+    return env
 
 
-def test_a_task_defined_here_runs_prep_preflight_and_eval(
-    echo_task: TaskSpec, tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture
+def _python(copy: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=copy, env=_env(copy), capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def test_the_task_is_the_documented_paths_and_nothing_else(repo: tuple[Path, list[str]]) -> None:
+    copy, written = repo
+    assert documented_paths(copy) == written  # the page's list is what the test had to write
+    changed = sorted(line[3:] for line in _git(copy, "status", "--porcelain", "-uall").splitlines())
+    assert changed == sorted(written)
+
+
+def test_the_copy_runs_its_own_code(repo: tuple[Path, list[str]]) -> None:
+    copy, _ = repo
+    done = _python(copy, "-c", "import rlvr, rewards; print(rlvr.__file__, rewards.__file__)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        str(copy / "rlvr/__init__.py"),
+        str(copy / "rewards/__init__.py"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def data(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The task's data, made by its own prep (``python -m rlvr.tasks prep parity``)."""
+    copy, _ = repo
+    folder = tmp_path_factory.mktemp("data")
+    prep = _python(copy, "-m", "rlvr.tasks", "prep", TASK, "--local_dir", str(folder / TASK))
+    assert prep.returncode == 0 and "example row:" in prep.stdout, prep.stderr
+    return folder
+
+
+def test_the_task_registers_composes_and_passes_preflight(
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path
 ) -> None:
-    data = tmp_path / "data"
-    assert prep_cli.main("echo", ["--local_dir", str(data / "echo"), "--size", "6"]) == 0
-    assert "example row:" in capsys.readouterr().out
+    copy, _ = repo
+    listed = _python(copy, "-m", "rlvr.tasks", "list")
+    assert f"{TASK}: Parity" in listed.stdout, listed.stderr
+    composed = _python(
+        copy, "-c",
+        "from rlvr import tasks; from rlvr.train.config import compose, validate\n"
+        f"config = compose({EXPERIMENT!r}); validate(config)\n"
+        "print('task', tasks.for_config(config).name, config.custom_reward_function.path)",
+    )  # fmt: skip
+    assert f"task {TASK} {copy}/rewards/{TASK}.py" in composed.stdout, composed.stderr
+    run = [f"paths.data={data}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+    checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
+    assert checked.returncode == 0, checked.stderr
+    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in checked.stdout
 
-    run = [
-        "countdown_cpu",
-        "task=echo",
-        f"paths.data={data}",
-        f"paths.checkpoints={tmp_path / 'checkpoints'}",
-        f"actor_rollout_ref.model.path={tiny_model_dir}",
-    ]
-    assert preflight.main(run) == 0
-    assert "task echo" in capsys.readouterr().out
 
+def test_eval_grades_with_the_tasks_reward(
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    copy, _ = repo
+    argv = ["--model_path", str(tiny_model_dir), "--data", str(data / TASK / "test.parquet")]
+    argv += ["--limit", "4", "--max_tokens", "4", "--quiet", "--backend", "hf"]
     out = tmp_path / "eval"
-    argv = ["--model_path", str(tiny_model_dir), "--data", str(data / "echo/test.parquet")]
-    argv += ["--max_tokens", "4", "--quiet", "--backend", "hf", "--output", str(out), "reward"]
-    assert eval_cli.main("echo", "echo eval", argv) == 0
+    done = _python(copy, "-m", "rlvr.evaluation", TASK, *argv, "--output", str(out), "reward")
+    assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["task"] == "echo" and summary["prompts"] == 4
-    assert summary["reward_kwargs"] == {"format_score": 0.0}  # from the task's own overlay
+    assert summary["task"] == TASK and summary["prompts"] == 4
 
 
 def test_preflight_refuses_another_tasks_data(
-    echo_task: TaskSpec, tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture
+    repo: tuple[Path, list[str]], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """Negative control: Countdown rows under the echo reward would all score 0, silently."""
-    from rlvr.tasks.countdown import prepare
+    """Countdown rows under the parity reward would all score 0, silently."""
+    copy, _ = repo
+    prep = ["prep", "countdown", "--source", "generate", "--train_size", "8", "--test_size", "4"]
+    made = _python(copy, "-m", "rlvr.tasks", *prep, "--local_dir", str(tmp_path / TASK))
+    assert made.returncode == 0, made.stderr
+    run = [f"paths.data={tmp_path}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+    checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
+    assert checked.returncode == 2
+    assert f"holds data_source ['countdown'], but the reward grades {TASK}" in checked.stderr
 
-    prepare("generate", tmp_path / "data" / "echo", train_size=8, test_size=4)
-    run = ["countdown_cpu", "task=echo", f"paths.data={tmp_path / 'data'}"]
-    run += [f"actor_rollout_ref.model.path={tiny_model_dir}"]
-    assert preflight.main(run) == 2
-    assert "holds data_source ['countdown'], but the reward grades echo" in capsys.readouterr().err
 
-
-def test_unknown_task_lists_the_registered_ones() -> None:
-    with pytest.raises(tasks.TaskError, match=r"unknown task 'math'; the tasks are \['countdown'"):
-        tasks.get("math")
+RECOMPOSE = f"""
+from pathlib import Path
+from rlvr.train import config as c
+overlay = c.CONFIG_DIR / "task" / "{TASK}.yaml"
+text = overlay.read_text()
+first = c.compose("{EXPERIMENT}")
+first.data.max_prompt_length = 99  # the caller's copy only
+sizes = [c.compose("{EXPERIMENT}").data.max_prompt_length]
+try:
+    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 128"))
+    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+    c._config_files_stamp = lambda task_dirs: ()  # negative control: the stamp frozen
+    c.compose("{EXPERIMENT}")
+    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 64"))
+    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+finally:
+    overlay.write_text(text)
+print(sizes)
+"""
 
 
 def test_compose_sees_an_edited_overlay_and_hands_out_copies(
-    echo_task: TaskSpec, monkeypatch: pytest.MonkeyPatch
+    repo: tuple[Path, list[str]],
 ) -> None:
-    """compose() caches by the config files' stamps: an edited overlay composes anew, and each
-    caller gets its own copy. Negative control: with the stamp frozen, the edit goes unseen."""
-    from rlvr.train import config as config_module
+    """compose() caches by the config files' stamps: an edited overlay composes anew and each
+    caller gets its own copy; with the stamp frozen, the edit goes unseen."""
+    copy, _ = repo
+    done = _python(copy, "-c", RECOMPOSE)
+    assert done.stdout.strip() == "[256, 128, 128]", done.stderr
 
-    overlay = echo_task.config_dir / "task" / "echo.yaml"
-    first = config_module.compose("countdown_cpu", ["task=echo"])
-    assert first.data.max_prompt_length == 64
-    first.data.max_prompt_length = 99  # the caller's copy only
-    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 64
-    overlay.write_text(
-        overlay.read_text().replace("max_prompt_length: 64", "max_prompt_length: 128")
-    )
-    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 128
-    monkeypatch.setattr(config_module, "_config_files_stamp", lambda task_dirs: ())
-    config_module.compose("countdown_cpu", ["task=echo"])
-    overlay.write_text(
-        overlay.read_text().replace("max_prompt_length: 128", "max_prompt_length: 256")
-    )
-    stale = config_module.compose("countdown_cpu", ["task=echo"])
-    assert stale.data.max_prompt_length == 128
+
+def test_without_the_registry_line_preflight_names_the_missing_step(
+    repo: tuple[Path, list[str]], tiny_model_dir: Path
+) -> None:
+    """Negative control: step 4 left out, the overlay names a task the registry lacks."""
+    copy, _ = repo
+    registry = copy / "rlvr/tasks/__init__.py"
+    added = registry.read_text()
+    registry.write_text(_git(copy, "show", "HEAD:rlvr/tasks/__init__.py"))
+    try:
+        run = [f"actor_rollout_ref.model.path={tiny_model_dir}"]
+        checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
+    finally:
+        registry.write_text(added)
+    assert checked.returncode == 2
+    assert f"recipe.task: unknown task '{TASK}'; the tasks are" in checked.stderr
+    assert "SPECS" in checked.stderr and "Traceback" not in checked.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.no_cuda  # the CPU path
+def test_the_new_task_trains_one_grpo_step_through_the_launcher(
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    copy, _ = repo
+    launcher = next(path for path in LAUNCHERS if (copy / path).is_file())
+    ray_tmp = tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")  # short: Ray's socket paths
+    env = {**_env(copy), "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
+    cmd = ["bash", launcher, EXPERIMENT, f"paths.data={data}"]
+    cmd += [f"paths.checkpoints={tmp_path / 'checkpoints'}"]
+    cmd += [f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.total_training_steps=1"]
+    cmd += ["trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"]
+    cmd += [f"+ray_kwargs.ray_init._temp_dir={ray_tmp}"]
+    try:
+        done = processes.run_bounded(cmd, env, RUN_TIMEOUT_S, copy, tmp_path / "run.log")
+        leftovers = processes.reap([ray_tmp])
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.output[-6000:]
+    assert not leftovers, f"Ray processes left behind: {leftovers}"
+    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in done.output
+    assert re.search(r"step:1 - .*critic/score/mean:[-0-9.e]+", done.output), done.output[-4000:]

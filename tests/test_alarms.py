@@ -306,7 +306,7 @@ def test_gsm8k_hacking_patterns(response: str, expected: set[str]) -> None:
     assert found == expected
 
 
-def test_task_spec_reads_hacking_patterns_from_the_module_and_defaults_to_none() -> None:
+def test_task_spec_names_the_modules_hacking_patterns_and_defaults_to_none() -> None:
     assert countdown.SPEC.hacking_patterns == countdown.HACKING_PATTERNS
-    bare = TaskSpec.from_module(countdown, summary="s", default_experiment="e", hacking_patterns=())
-    assert bare.hacking_patterns == ()
+    fields = {k: v for k, v in countdown.SPEC.__dict__.items() if k != "hacking_patterns"}
+    assert TaskSpec(**fields).hacking_patterns == ()

@@ -43,6 +43,7 @@ OWNERS = {
     ),
     "recipe": ("data.train_batch_size",),
     "task": (
+        "recipe.task",
         "data",
         "custom_reward_function",
         "trainer.total_epochs",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,25 +106,54 @@ def test_a_misspelled_reward_kwarg_fails_the_first_verl_call(
         manager(batch, return_dict=True)
 
 
-@pytest.mark.parametrize("name", ["countdown", "gsm8k"])
-def test_loads_by_path_outside_project(tmp_path: Path, name: str) -> None:
-    """verl may load the file where `rewards` is not importable (another cwd, no install)."""
-    for file in (f"{name}.py", "_text.py"):
-        (tmp_path / file).write_text((ROOT / "rewards" / file).read_text())
-    path = str(tmp_path / f"{name}.py")
+def _load_by_path(path: Path, cwd: Path, python: list[str], env: dict[str, str]):
+    """Load ``path`` as verl's get_custom_reward_fn does, in a fresh process, and grade one
+    correct answer."""
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('custom_module', {path!r})\n"
+        f"spec = importlib.util.spec_from_file_location('custom_module', {str(path)!r})\n"
         "m = importlib.util.module_from_spec(spec); sys.modules['custom_module'] = m\n"
         "spec.loader.exec_module(m)\n"
         "print(m.compute_score('x', '<answer>2*3+7</answer> #### 72', "
         "{'target': 13, 'numbers': [2, 3, 7]} if 'count' in m.__file__ else '72')['score'])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    return subprocess.run(
+        [*python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("name", ["countdown", "gsm8k"])
+def test_loads_by_path_from_any_folder_of_the_environment(tmp_path: Path, name: str) -> None:
+    """A Ray worker loads the file by path from its own cwd, with no PYTHONPATH: the installed
+    ``rewards`` package (uv sync) is what lets the reward import its shared helpers."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = _load_by_path(ROOT / "rewards" / f"{name}.py", tmp_path, [sys.executable], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1.0"
+
+
+@pytest.mark.parametrize("name", ["countdown", "gsm8k"])
+def test_outside_the_environment_the_rewards_folder_goes_on_pythonpath(
+    tmp_path: Path, name: str
+) -> None:
+    """Without the install (``-S``: no site-packages), a copy of the ``rewards/`` folder on
+    PYTHONPATH loads. Negative control: the reward file copied alone names the missing
+    package."""
+    folder = tmp_path / "elsewhere" / "rewards"
+    folder.mkdir(parents=True)
+    for file in (f"{name}.py", "_text.py", "__init__.py"):
+        (folder / file).write_text((ROOT / "rewards" / file).read_text())
+    bare = [sys.executable, "-S"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = _load_by_path(
+        folder / f"{name}.py", tmp_path, bare, {**env, "PYTHONPATH": str(folder.parent)}
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1.0"
+    alone = tmp_path / f"{name}.py"
+    alone.write_text((ROOT / "rewards" / f"{name}.py").read_text())
+    result = _load_by_path(alone, tmp_path, bare, env)
+    assert result.returncode != 0 and "No module named 'rewards'" in result.stderr
 
 
 @pytest.mark.parametrize("name", ["countdown", "gsm8k", "_text"])

@@ -48,17 +48,46 @@ def test_prep_cli_lists_the_tasks_flags(spec: TaskSpec, capsys: pytest.CaptureFi
     assert spec.summary in out and "--local_dir" in out
 
 
-def test_for_reward_path_ignores_a_foreign_reward(tmp_path: Path) -> None:
-    assert tasks.for_reward_path(tmp_path / "rewards" / "other.py") is None
-    assert tasks.for_reward_path(tmp_path / "rewards" / "countdown.py") is tasks.get("countdown")
+def test_the_config_names_its_task() -> None:
+    config = compose("countdown_cpu")
+    assert config.recipe.task == "countdown" and tasks.for_config(config) is tasks.get("countdown")
+    # negative control: the name alone is not enough when the reward was swapped
+    config.custom_reward_function.path = str(tasks.get("gsm8k").reward_file)
+    assert tasks.for_config(config) is None  # a reward not the task's own: graded by no task
 
 
-def test_a_second_spec_under_a_taken_name_is_refused() -> None:
+def test_a_config_with_another_paths_root_finds_its_task(tmp_path: Path) -> None:
+    config = compose("countdown_cpu", root=tmp_path)
+    assert str(tmp_path) in str(config.custom_reward_function.path)
+    assert tasks.for_config(config) is tasks.get("countdown")
+
+
+def test_a_foreign_reward_without_a_task_key_is_no_task(tmp_path: Path) -> None:
+    """As before the key existed: a config without a task overlay grades with no task's reward."""
+    config = compose("countdown_cpu", [f"custom_reward_function.path={tmp_path / 'mine.py'}"])
+    assert tasks.for_config(config) is None
+    del config.recipe
+    assert tasks.for_config(config) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("parity", r"unknown task 'parity'; the tasks are \['countdown', 'gsm8k'\]"), ("", "empty")],
+)
+def test_an_unknown_or_empty_task_name_is_one_line(name: str, message: str) -> None:
+    config = compose("countdown_cpu")
+    config.recipe.task = name
+    with pytest.raises(tasks.TaskError, match=message) as error:
+        tasks.for_config(config)
+    assert "\n" not in str(error.value)
+
+
+def test_a_task_listed_twice_is_refused() -> None:
     countdown = tasks.get("countdown")
     clash = TaskSpec(**{**countdown.__dict__, "summary": "another countdown"})
-    with pytest.raises(tasks.TaskError, match="already registered"):
-        tasks.register(clash)
-    assert tasks.register(countdown) is countdown  # the same spec again is a no-op
+    with pytest.raises(tasks.TaskError, match="registered twice"):
+        tasks._by_name([countdown, clash])
+    assert tasks.SPECS.count(countdown) == 1
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)

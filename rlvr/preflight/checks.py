@@ -242,7 +242,10 @@ def _memory_problems(config: Any) -> list[str]:
 
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     """Problems with a composed config, as messages; empty when it is ready to launch."""
-    task = tasks.for_config(config)
+    try:
+        task = tasks.for_config(config)
+    except tasks.TaskError as exc:  # an overlay naming a task the registry lacks
+        return [f"{tasks.TASK_KEY}: {exc}"]
     problems = data_problems(config, task)
     model_path = str(config.actor_rollout_ref.model.path)
     model_problem = model_path_problem(model_path)

@@ -1,12 +1,13 @@
 """The task registry: every task the recipes know, by name.
 
-A task is one module here exporting ``SPEC`` (a :class:`TaskSpec`), a reward file under
-``rewards/``, an overlay ``configs/task/<name>.yaml`` and an experiment; the line below is the
-only place that lists the tasks (docs/ADDING_A_TASK.md).
+A task is a reward file under ``rewards/``, a module here exporting ``SPEC`` (a
+:class:`TaskSpec`), an overlay ``configs/task/<name>.yaml`` that names it (``recipe.task``) and
+one line in ``SPECS`` below, the only place that lists the tasks (docs/ADDING_A_TASK.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +15,26 @@ from rlvr.common.paths import ROOT
 from rlvr.tasks import countdown, gsm8k
 from rlvr.tasks.spec import TaskError, TaskSpec
 
-_REGISTRY: dict[str, TaskSpec] = {}
+# The registry: one line per task.
+SPECS: tuple[TaskSpec, ...] = (
+    countdown.SPEC,
+    gsm8k.SPEC,
+)
+
+#: The config key naming a run's task; each overlay configs/task/<name>.yaml sets it.
+TASK_KEY = "recipe.task"
 
 
-def register(spec: TaskSpec) -> TaskSpec:
-    """Add a task; a second, different spec under a registered name is an error."""
-    known = _REGISTRY.get(spec.name)
-    if known is not None and known != spec:
-        raise TaskError(f"task {spec.name!r} is already registered")
-    _REGISTRY[spec.name] = spec
-    return spec
+def _by_name(specs: Iterable[TaskSpec]) -> dict[str, TaskSpec]:
+    found: dict[str, TaskSpec] = {}
+    for spec in specs:
+        if spec.name in found:
+            raise TaskError(f"task {spec.name!r} is registered twice in rlvr/tasks/__init__.py")
+        found[spec.name] = spec
+    return found
 
 
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
+_REGISTRY = _by_name(SPECS)
 
 
 def names() -> list[str]:
@@ -38,32 +45,47 @@ def get(name: str) -> TaskSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise TaskError(f"unknown task {name!r}; the tasks are {names()}") from None
+        raise TaskError(
+            f"unknown task {name!r}; the tasks are {names()} (a new task needs its SPEC in "
+            "rlvr/tasks/__init__.py's SPECS)"
+        ) from None
 
 
 def all_specs() -> list[TaskSpec]:
     return [_REGISTRY[name] for name in names()]
 
 
-def for_reward_path(path: str | Path) -> TaskSpec | None:
-    """The task whose reward file a config points verl at, or None for a foreign reward."""
-    wanted = Path(path).resolve()
-    for spec in all_specs():
-        if spec.reward_file.resolve() == wanted:
-            return spec
-        # a config composed with another paths.root (a copy of the repo, a test's tmp folder)
-        if spec.reward_file.is_relative_to(ROOT):
-            tail = spec.reward_file.relative_to(ROOT).parts
-            if wanted.parts[-len(tail) :] == tail:
-                return spec
-    return None
+def grades_with_own_reward(spec: TaskSpec, reward_path: str | Path) -> bool:
+    """Whether ``reward_path`` is the task's own reward file, also in a config composed with
+    another ``paths.root`` (a copy of the repository, a sweep's folder): same path under root."""
+    wanted = Path(reward_path).resolve()
+    if spec.reward_file.resolve() == wanted:
+        return True
+    if not spec.reward_file.is_relative_to(ROOT):
+        return False
+    tail = spec.reward_file.relative_to(ROOT).parts
+    return wanted.parts[-len(tail) :] == tail
 
 
 def for_config(config: Any) -> TaskSpec | None:
-    return for_reward_path(str(config.custom_reward_function.path))
+    """The task a composed config names in ``recipe.task`` (set by its task overlay).
+
+    None for a config with no task key (composed without a task overlay) or whose reward was
+    swapped for a file that is not the task's own (a test's or user's reward): no registered
+    reward grades that run, so nothing task-specific (kwargs, hacking patterns) applies to it.
+    A present but unknown or empty name raises TaskError (one line).
+    """
+    recipe = config.get("recipe") if hasattr(config, "get") else None
+    if recipe is None or "task" not in recipe:
+        return None
+    name = recipe.get("task")
+    if not name:
+        raise TaskError(f"{TASK_KEY} is empty; name a task, one of {names()}")
+    spec = get(str(name))
+    reward = config.get("custom_reward_function") or {}
+    if not reward.get("path") or not grades_with_own_reward(spec, str(reward["path"])):
+        return None
+    return spec
 
 
-for _spec in (countdown.SPEC, gsm8k.SPEC):  # the registry line: one entry per task
-    register(_spec)
-
-__all__ = ["TaskError", "TaskSpec", "all_specs", "for_config", "get", "names", "register"]
+__all__ = ["SPECS", "TaskError", "TaskSpec", "all_specs", "for_config", "get", "names"]

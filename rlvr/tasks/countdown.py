@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from rewards import countdown as contract
+from rlvr.common.paths import ROOT
 from rlvr.data.prep import (
     DataPrepError,
     PrepResult,
@@ -346,8 +346,14 @@ HACKING_PATTERNS = (
 )
 
 
-SPEC = TaskSpec.from_module(
-    sys.modules[__name__],
+SPEC = TaskSpec(
+    name="countdown",  # its overlay configs/task/countdown.yaml and its data folder
+    data_source=DATA_SOURCE,
+    reward_file=ROOT / "rewards" / "countdown.py",  # the prompt contract and its grader
     summary="Countdown: reach a target with + - * / using each given number once.",
+    add_prep_arguments=add_prep_arguments,
+    prepare=prepare_from_args,
+    offline_data=offline_data,
     default_experiment="countdown_qwen3_4b",
+    hacking_patterns=HACKING_PATTERNS,
 )

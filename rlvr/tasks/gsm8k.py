@@ -9,12 +9,12 @@ import argparse
 import json
 import random
 import re
-import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from rewards import gsm8k as contract
+from rlvr.common.paths import ROOT
 from rlvr.data.prep import (
     DataPrepError,
     PrepResult,
@@ -303,9 +303,15 @@ HACKING_PATTERNS = (
 )
 
 
-SPEC = TaskSpec.from_module(
-    sys.modules[__name__],
+SPEC = TaskSpec(
+    name="gsm8k",  # its overlay configs/task/gsm8k.yaml and its data folder
+    data_source=DATA_SOURCE,
+    reward_file=ROOT / "rewards" / "gsm8k.py",  # the prompt contract and its grader
     summary="GSM8K: grade-school word problems, graded on the final number.",
+    add_prep_arguments=add_prep_arguments,
+    prepare=prepare_from_args,
+    offline_data=offline_data,
     default_experiment="gsm8k_qwen2_5_3b",
     prep_flags=" --val_size 500",
+    hacking_patterns=HACKING_PATTERNS,
 )

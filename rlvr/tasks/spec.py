@@ -3,8 +3,9 @@ pre-flight, the launchers and the tests need to know about it.
 
 verl fixes three of a task's parts: a reward is a Python file loaded by path
 (``custom_reward_function.path``), data is Parquet in its RLHFDataset schema, and a run is a
-Hydra config (the task's overlay, ``configs/task/<name>.yaml``). A spec ties those together
-with the task's own prep code. See docs/ADDING_A_TASK.md.
+Hydra config (the task's overlay, ``configs/task/<name>.yaml``, which names the task in
+``recipe.task``). A spec ties those together with the task's own prep code; each task module
+states its ``SPEC`` field by field. See docs/ADDING_A_TASK.md.
 """
 
 from __future__ import annotations
@@ -52,30 +53,12 @@ class TaskSpec:
     prepare: Callable[[argparse.Namespace], PrepResult]
     # Writes train/val Parquet of the given sizes with no network (rehearsal, tests).
     offline_data: Callable[[Path, int, int], None]
-    default_experiment: str  # what scripts/run_grpo_<name>.sh launches
+    default_experiment: str  # the task's reference experiment (python -m rlvr.tasks experiment)
     eval_split: str = "test"
     prep_flags: str = ""  # flags the prep hint adds, e.g. " --val_size 500"
     config_dir: Path = CONFIG_DIR  # the config root holding task/<name>.yaml
-    # Held-out checks of rewarded responses (the module's optional HACKING_PATTERNS).
+    # Held-out checks of rewarded responses (the report's reward-hacking alarm); optional.
     hacking_patterns: tuple[HackingPattern, ...] = ()
-
-    @classmethod
-    def from_module(cls, module: ModuleType, **fields: Any) -> TaskSpec:
-        """A spec from a task module's conventional names (``DATA_SOURCE``,
-        ``add_prep_arguments``, ``prepare_from_args``, ``offline_data``, optional
-        ``HACKING_PATTERNS``), named after the module, graded by ``rewards/<name>.py``;
-        ``fields`` give the rest or override."""
-        name = module.__name__.rsplit(".", 1)[-1]
-        conventional: dict[str, Any] = {
-            "name": name,
-            "data_source": module.DATA_SOURCE,
-            "reward_file": ROOT / "rewards" / f"{name}.py",
-            "add_prep_arguments": module.add_prep_arguments,
-            "prepare": module.prepare_from_args,
-            "offline_data": module.offline_data,
-            "hacking_patterns": tuple(getattr(module, "HACKING_PATTERNS", ())),
-        }
-        return cls(**{**conventional, **fields})
 
     @property
     def overlay(self) -> Path:
