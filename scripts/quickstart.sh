@@ -83,7 +83,7 @@ if [[ "$GPUS" -gt 0 ]]; then
     PREP=("${PY[@]}" scripts/data_prep_countdown.py)
     # The run's workers read the hub model offline (configs/grpo.yaml): download it here first.
     FETCH=("${PY[@]}" -m rlvr.preflight.hub_cache "$EXPERIMENT")
-    GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
+    GRPO=(bash scripts/train.sh "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
     if [[ "$DRY_RUN" == 1 ]]; then
         echo "== dry run: would run $EXPERIMENT (nothing runs, nothing is written):"
         echo "  ${PREP[*]}"
@@ -136,7 +136,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
     echo "== dry run: 0 GPUs ($GPUS_FROM), the CPU path (nothing runs, nothing is written):"
     echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), outputs under $OUT; stages: data prep,"
     echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
-    echo "  scripts/launch_grpo.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
+    echo "  scripts/train.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
     exit 0
 fi
 mkdir -p "$OUT"  # only now: every check above has passed
@@ -168,7 +168,7 @@ stage "${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /
 
 echo "== 6/7 GRPO from the SFT model: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
 rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
-stage timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
+stage timeout 3600 bash scripts/train.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
     actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \

@@ -106,8 +106,7 @@ def test_launcher_stops_before_ray_on_problems(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             "bash",
-            str(ROOT / "scripts/run_grpo_countdown.sh"),
-            "--config",
+            str(ROOT / "scripts/train.sh"),
             "countdown_cpu",
             "data.train_files=/nonexistent/train.parquet",
         ],

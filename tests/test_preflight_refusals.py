@@ -205,7 +205,7 @@ def test_data_that_is_not_parquet(tmp_path: Path, model_dir: Path) -> None:
 def test_launcher_stops_at_an_unknown_experiment(tmp_path: Path) -> None:
     """The real launcher: one line, exit 2, before wandb, logs or Ray."""
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts/launch_grpo.sh"), "countdown_cpuu", "trainer.x=1"],
+        ["bash", str(ROOT / "scripts/train.sh"), "countdown_cpuu", "trainer.x=1"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -335,7 +335,7 @@ BAD = [
 def test_bad_input_is_one_line_exit_2(
     inputs: dict[str, Path], override: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What ``scripts/launch_grpo.sh`` runs before Ray: never a traceback, never "ok"."""
+    """What ``scripts/train.sh`` runs before Ray: never a traceback, never "ok"."""
     root = inputs["root"]
     assert preflight.main(["countdown_cpu", *_good(root), override.format(root=root)]) == 2
     captured = capsys.readouterr()

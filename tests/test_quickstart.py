@@ -142,7 +142,7 @@ def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
     assert done.returncode == 0, done.stderr
     assert f"== {gpus} GPU(s) (--gpus)" in done.stdout
     assert f"== dry run: would run {experiment} (nothing runs" in done.stdout
-    grpo = f"bash scripts/run_grpo_countdown.sh --config {experiment}"
+    grpo = f"bash scripts/train.sh {experiment}"
     # the hub model is downloaded before the run, whose workers read it offline
     download = f"uv run --no-sync python -m rlvr.preflight.hub_cache {experiment}"
     assert f"\n  {download}\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
@@ -156,7 +156,7 @@ def test_quickstart_dry_run_with_no_gpus_plans_the_cpu_path(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("== dry run: 0 GPUs (--gpus), the CPU path")
     assert "countdown_cpu (model tiny), 2 GRPO step(s)" in done.stdout
-    assert "scripts/launch_grpo.sh countdown_cpu base_model=tiny," in done.stdout
+    assert "scripts/train.sh countdown_cpu base_model=tiny," in done.stdout
     assert list(tmp_path.iterdir()) == []
 
 
