@@ -16,6 +16,7 @@ from rlvr.models.hub import model_path_problem
 from rlvr.preflight import checks as preflight
 from rlvr.preflight.checks import numeric_problems, verl_problems
 from rlvr.preflight.data import data_problems
+from rlvr.preflight.run_identity import write_identity
 from rlvr.tasks import TaskError, TaskSpec
 from rlvr.train.config import ConfigError, compose, compose_checked
 
@@ -447,6 +448,7 @@ def test_an_unreadable_checkpoint_tracker_is_refused_with_the_fix(
         (run / f"global_step_{step}" / "actor").mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text(tracker)
     argv = ["countdown_cpu", *_good(inputs["root"]), f"trainer.default_local_dir={run}"]
+    write_identity(compose(argv[0], argv[1:]))  # this run's own checkpoints
     code = preflight.main(argv)
     err = capsys.readouterr().err
     if message is None:

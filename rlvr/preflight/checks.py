@@ -6,7 +6,9 @@ Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key
 that are missing, not Parquet or of another task, a model path that will not load (a hub id
 not in this node's HF cache: the workers run offline, ``hub_cache``), numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
-GPUs, a running Ray cluster verl would join silently, and checkpoints that cannot fit the disk.
+GPUs, a running Ray cluster verl would join silently, a run that would train 0 steps
+(``steps``), checkpoints of another run it would resume from (``run_identity``), and
+checkpoints that cannot fit the disk.
 A GPU run whose memory plan (rlvr/planning/memory_plan.py, an estimate) does not fit the GPU is
 a warning; with RLVR_STRICT_MEMORY=1 in the environment it is refused too.
 The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
@@ -37,6 +39,8 @@ from rlvr.planning.checkpoint_budget import estimate, human
 from rlvr.preflight import hub_cache
 from rlvr.preflight.data import data_problems
 from rlvr.preflight.ray_cluster import ray_plan
+from rlvr.preflight.run_identity import identity_problems
+from rlvr.preflight.steps import zero_step_problems
 from rlvr.tasks import TaskSpec
 from rlvr.train.batching import batching
 
@@ -296,7 +300,8 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     print(f"pre-flight: ray: {plan}")
     if ray_problem is not None:
         problems.append(ray_problem)
-    problems += _resume_problems(config)
+    problems += _resume_problems(config) + identity_problems(config)
+    problems += zero_step_problems(config)  # silent until the data reads and the numbers are sound
     if not problems:  # the budget reads the data and the model: only once they are sound
         problems.extend(_checkpoint_problems(config))
     return problems
