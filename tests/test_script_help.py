@@ -59,3 +59,16 @@ def test_a_missing_experiment_is_still_refused() -> None:
         ["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "no experiment given" in done.stderr
+
+
+def test_print_config_prints_the_composed_config_and_runs_nothing(tmp_path: Path) -> None:
+    """--print_config is taken out of the overrides (Hydra would refuse it) wherever it is."""
+    done = subprocess.run(
+        ["bash", "scripts/train.sh", "countdown_cpu", "trainer.total_training_steps=7",
+         "--print_config", f"paths.checkpoints={tmp_path}/ckpt"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  total_training_steps: 7\n" in done.stdout
+    assert f"default_local_dir: {tmp_path}/ckpt/" in done.stdout  # resolved, as the run gets it
+    assert "pre-flight" not in done.stdout + done.stderr and not (tmp_path / "ckpt").exists()
