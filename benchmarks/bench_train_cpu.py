@@ -3,7 +3,7 @@
 Usage: uv run --no-sync python benchmarks/bench_train_cpu.py [--steps 3] [--repeats 1]
            [--old a3b0be1] [--timeout_s 1800] [--work DIR] [--keep]
 
-Both run ``bash scripts/launch_grpo.sh countdown_cpu base_model=smollm2_135m``, each with its own
+Both run ``bash scripts/train.sh countdown_cpu base_model=smollm2_135m``, each with its own
 launcher and configs, on the quickstart's data (generated Countdown, few-shot template, 512 train
 rows, built once, offline) and SmolLM2-135M-Instruct (``scripts/build_model.py smollm2``), for
 ``--steps`` training steps with no validation and no checkpoint, so only steps are timed. The old
@@ -142,7 +142,7 @@ def launch(tree: Path, out: Path, data: Path, steps: int, timeout_s: float) -> f
     env.pop("WANDB_API_KEY", None)
     cmd = [
         "bash",
-        "scripts/launch_grpo.sh",
+        "scripts/train.sh",
         "countdown_cpu",
         "base_model=smollm2_135m",
         f"paths.data={data}",

@@ -61,7 +61,7 @@ if [[ "$NO_FLASH_ATTN" == 1 ]]; then
     "$PY" -c "import vllm; print('   vllm', vllm.__version__)" || fail "import vllm" \
         "vllm does not import (error above); rerun, or: uv sync --extra gpu --reinstall-package vllm"
     echo "vllm installed, no flash-attn: launch every run with +attention=sdpa, e.g."
-    echo "  bash scripts/run_grpo_countdown.sh +attention=sdpa"
+    echo "  bash scripts/train.sh countdown_qwen3_4b +attention=sdpa"
     exit 0
 fi
 

@@ -7,6 +7,14 @@
 # <trainer.default_local_dir>/global_step_N/huggingface; the last line printed is its path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+    echo "Experiments (configs/sft/*.yaml):"
+    for file in "$ROOT"/configs/sft/*.yaml; do  # sft.yaml: the base the experiments extend
+        [[ "$(basename "$file")" == sft.yaml ]] || echo "  $(basename "$file" .yaml)"
+    done
+    exit 0
+fi
 if [[ $# -lt 1 || -z "${1:-}" || "$1" == -* ]]; then
     echo "launch_sft.sh: no experiment given; usage: launch_sft.sh EXPERIMENT [hydra overrides...] (experiments: configs/sft/*.yaml)" >&2
     exit 2

@@ -11,7 +11,8 @@
 #   interval; writes DIR/reward_curve.png, DIR/quickstart_report.json and the run's report.md.
 #   With GPUs: hub data and model (downloaded before the run), --steps GRPO steps (default 4) of
 #   the Countdown recipe needing the most GPUs --gpus can run (python -m rlvr.planning.gpu_recipes):
-#   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7.
+#   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7; checkpoints go
+#   to that recipe's own folder (auto-resume on), no eval follows; --model and --out are refused.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ensure_uv.sh"  # uv and the locked environment, first
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,18 +21,19 @@ STEPS=""
 GPUS=""  # empty: as many as torch finds
 DRY_RUN=0
 OUT="$ROOT/artifacts/quickstart"
+CPU_ONLY=()  # flags given that only the CPU path reads
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --model|--steps|--out|--gpus)
             [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "quickstart.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
     esac
     case "$1" in
-        --model) MODEL="$2"; shift 2 ;;
+        --model) MODEL="$2"; CPU_ONLY+=(--model); shift 2 ;;
         --steps) STEPS="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
+        --out) OUT="$2"; CPU_ONLY+=(--out); shift 2 ;;
         --gpus) GPUS="$2"; shift 2 ;;
         --dry_run) DRY_RUN=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;  # the header
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -75,21 +77,47 @@ else
     [[ "$GPUS" -gt 0 ]] || export CUDA_VISIBLE_DEVICES=""  # the CPU path, even where GPUs are
 fi
 if [[ "$GPUS" -gt 0 ]]; then
+    if [[ ${#CPU_ONLY[@]} -gt 0 ]]; then
+        echo "quickstart.sh: ${CPU_ONLY[0]} is for the CPU path; with $GPUS GPU(s) the run uses the recipe's model and folders (drop ${CPU_ONLY[0]}, or --gpus 0)" >&2
+        exit 2
+    fi
     echo "== $GPUS GPU(s) ($GPUS_FROM): the Countdown recipe that fits"
     # Its one line on stderr says how many of the GPUs the recipe uses, and why.
     EXPERIMENT="$("${PY[@]}" -m rlvr.planning.gpu_recipes --gpus "$GPUS")" || exit $?
     # Will it fit the GPU (this machine's, or the one the recipe declares)? Asked before any
-    # download; the launcher's pre-flight asks again.
-    "${PY[@]}" -m rlvr.planning.memory_plan "$EXPERIMENT" || exit $?
+    # download; an estimate, so a warning unless RLVR_STRICT_MEMORY=1 (as the launcher's).
+    if ! "${PY[@]}" -m rlvr.planning.memory_plan "$EXPERIMENT"; then
+        [[ "${RLVR_STRICT_MEMORY:-0}" != 1 ]] || exit 2
+        echo "quickstart.sh: warning: the memory plan (an estimate) says $EXPERIMENT may not fit; going on (RLVR_STRICT_MEMORY=1 stops here)" >&2
+    fi
     PREP=("${PY[@]}" scripts/data_prep_countdown.py)
     # The run's workers read the hub model offline (configs/grpo.yaml): download it here first.
     FETCH=("${PY[@]}" -m rlvr.preflight.hub_cache "$EXPERIMENT")
-    GRPO=(bash scripts/run_grpo_countdown.sh --config "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
+    GRPO=(bash scripts/train.sh "$EXPERIMENT" trainer.total_training_steps="${STEPS:-4}")
     if [[ "$DRY_RUN" == 1 ]]; then
         echo "== dry run: would run $EXPERIMENT (nothing runs, nothing is written):"
         echo "  ${PREP[*]}"
         echo "  ${FETCH[*]}"
         echo "  ${GRPO[*]}"
+        # Where it writes and what it fetches, from the recipe as the launcher composes it.
+        "${PY[@]}" - "$EXPERIMENT" "${STEPS:-4}" <<'PLAN'
+import sys
+from rlvr.tasks.countdown import HUB_DATASET
+from rlvr.train.config import compose
+experiment, steps = sys.argv[1], sys.argv[2]
+config = compose(experiment, [f"trainer.total_training_steps={steps}"])
+folder, resume = config.trainer.default_local_dir, config.trainer.resume_mode
+note = "auto-resume on: a rerun continues from the newest global_step_N there"
+if resume != "auto":
+    note = f"resume_mode {resume}"
+print(f"  checkpoints: {folder}/global_step_{steps} ({note})")
+print(f"  downloads: model {config.actor_rollout_ref.model.path} (HF cache), "
+      f"dataset {HUB_DATASET} -> {config.data.train_files}")
+lora = int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0) > 0
+merged = "the LoRA merge into actor/huggingface, " if lora else ""
+print(f"  after training: {merged}no eval (run scripts/eval_countdown.py --model_path "
+      f"{folder}/global_step_{steps}/actor/huggingface)")
+PLAN
         exit 0
     fi
     echo "== running $EXPERIMENT"
@@ -137,7 +165,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
     echo "== dry run: 0 GPUs ($GPUS_FROM), the CPU path (nothing runs, nothing is written):"
     echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), outputs under $OUT; stages: data prep,"
     echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
-    echo "  scripts/launch_grpo.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
+    echo "  scripts/train.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
     exit 0
 fi
 mkdir -p "$OUT"  # only now: every check above has passed
@@ -169,7 +197,7 @@ stage "${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /
 
 echo "== 6/7 GRPO from the SFT model: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
 rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
-stage timeout 3600 bash scripts/launch_grpo.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
+stage timeout 3600 bash scripts/train.sh "$CONFIG" "${OVERRIDES[@]}" trainer.experiment_name="$RUN" \
     actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \

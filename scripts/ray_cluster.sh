@@ -9,7 +9,7 @@
 # are counted with torch unless --num-gpus is given. Every node needs this repository at the
 # same path with `uv sync` done (rewards load by absolute path), and the data and checkpoint
 # folders on a filesystem all nodes share. Then, on the head:
-#   RAY_ADDRESS=auto bash scripts/run_grpo_countdown.sh --config countdown_qwen3_4b_2nodes
+#   RAY_ADDRESS=auto bash scripts/train.sh countdown_qwen3_4b_2nodes
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '2,13p' "$0"; }

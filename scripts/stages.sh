@@ -5,6 +5,11 @@
 # background commands ignore SIGINT; `timeout` and torchrun pass SIGTERM on to all of theirs),
 # prints one line on the script's own stderr (a stage may be redirected to a log) and exits
 # 128 + the signal.
+# Usage (in a script): source scripts/stages.sh; stop_on_signals NAME; stage COMMAND...
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run, not sourced: say what it is for
+    awk '!/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"
+    exit 0
+fi
 STAGE_PID=""
 STAGE_STARTING=""  # set from just before a stage starts until STAGE_PID names it
 STAGE_BEFORE=""    # $! before it started

@@ -6,7 +6,7 @@ Example (the TuFT guide's LoRA grid on Countdown, 8xA100):
   uv run scripts/sweep.py --experiment countdown_qwen3_4b_lora --name lora_grid \\
       --grid lora_rank=8,32,128 --grid lr=1e-6,1e-5,5e-5,1e-4,5e-4 trainer.total_training_steps=100
 
-Points run one after another (each through scripts/launch_grpo.sh, or as a Ray job with
+Points run one after another (each through scripts/train.sh, or as a Ray job with
 --ray_address). Points already finished are skipped, so rerunning resumes a sweep; a failed
 point is recorded (runs/<point>/status.json) and the sweep goes on. At the end the results
 table and figures are written as scripts/plot_sweep.py does. Short grid names: lr, lora_rank,

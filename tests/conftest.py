@@ -96,7 +96,7 @@ def cpu_launch(work: Path, experiment_name: str) -> tuple[list[str], dict[str, s
     env.pop("WANDB_API_KEY", None)
     cmd = [
         "bash",
-        str(ROOT / "scripts/launch_grpo.sh"),
+        str(ROOT / "scripts/train.sh"),
         "countdown_cpu",
         f"paths.data={work}/data",
         f"paths.checkpoints={work}/checkpoints",

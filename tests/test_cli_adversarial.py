@@ -3,7 +3,7 @@ the flag or file at fault (no traceback, no usage block), and the work folder by
 unchanged (docs/ERRORS.md lists what each command refuses).
 
 Python CLIs run in-process (their ``main``); the shell scripts run as subprocesses behind a stub
-``uv``/``python``/``ray`` (``_shims``): ``launch_grpo.sh`` runs its real pre-flight, and anything
+``uv``/``python``/``ray`` (``_shims``): ``train.sh`` runs its real pre-flight, and anything
 past it (the supervisor, verl, Ray, a LoRA merge) only leaves a marker, so no row can start Ray
 or training even if its bad input slips through.
 """
@@ -162,7 +162,7 @@ CASES = [
     C("merge_lora", "{ws}/missing_ckpt", "{ws}/missing_ckpt"),
     C("merge_lora", "--experiment", "--experiment", "nosuch_experiment"),
     C("merge_lora", "checkpoint"),  # no target
-    # ---- launch_grpo.sh: its own argument check; what it passes on is pre-flight's
+    # ---- train.sh: its own argument check; what it passes on is pre-flight's
     C("launch", "EXPERIMENT"),  # no experiment at all
     # ---- pre-flight (python -m rlvr.preflight.checks, the launcher's first step), in-process:
     # the launcher runs it on the same argv (tests/test_preflight.py runs it through the launcher)
@@ -339,7 +339,7 @@ RUNNERS: dict[str, Callable[..., Result]] = {
     "plot_sweep": _in_process(_script_main("plot_sweep.py")),
     "merge_lora": _in_process(_merge),
     "preflight": _in_process(_preflight),
-    "launch": _subprocess("bash", "scripts/launch_grpo.sh"),
+    "launch": _subprocess("bash", "scripts/train.sh"),
     "ray_cluster": _subprocess("bash", "scripts/ray_cluster.sh"),
     "quickstart": _subprocess("bash", "scripts/quickstart.sh"),
 }

@@ -57,9 +57,7 @@ def _calls(tmp_path: Path) -> list[dict]:
 
 def test_launcher_hands_over_to_the_supervisor_with_the_projects_python(tmp_path: Path) -> None:
     env = _stubs(tmp_path) | {"RLVR_LOG_DIR": str(tmp_path / "logs")}
-    done = _run(
-        ["scripts/launch_grpo.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"], env
-    )
+    done = _run(["scripts/train.sh", "countdown_qwen3_4b", "trainer.total_training_steps=2"], env)
     assert done.returncode == 0, done.stderr
     launch = next(c for c in _calls(tmp_path) if "rlvr.train.launch" in c["argv"])
     assert launch["argv"][0].endswith("venv/bin/python")  # not `uv run`: no uv path to workers
@@ -154,9 +152,7 @@ def test_cluster_head_runs_the_job_server_with_the_projects_ray(tmp_path: Path) 
         (["scripts/ray_cluster.sh", "stop", "--force"], "stop takes no arguments"),
         (["scripts/ray_cluster.sh", "strat"], "unknown command 'strat'"),
         (["scripts/ray_cluster.sh"], "unknown command ''"),
-        (["scripts/launch_grpo.sh"], "no experiment given"),
-        (["scripts/run_grpo.sh"], "no task given"),
-        (["scripts/run_grpo.sh", "countdown", "--config"], "--config needs an experiment"),
+        (["scripts/train.sh"], "no experiment given"),
     ],
 )
 def test_bad_launcher_arguments_are_one_line_exit_2(

@@ -53,7 +53,7 @@ def _negated_grpo(qs: Path, work: Path, env: dict[str, str], steps: int) -> Path
         run_bounded(
             [
                 "bash",
-                "scripts/launch_grpo.sh",
+                "scripts/train.sh",
                 "countdown_smollm2_cpu",
                 "trainer.experiment_name=negated",
                 f"actor_rollout_ref.model.path={sft_model}",

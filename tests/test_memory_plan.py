@@ -122,7 +122,10 @@ def test_every_gpu_experiment_fits_the_gpu_it_declares(experiment: str) -> None:
         assert row == 2304
 
 
-def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> None:
+def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLVR_STRICT_MEMORY", "1")
     config = compose("countdown_qwen3_4b")
     assert preflight._memory_problems(config) == []  # negative control: as shipped, it fits
     table = capsys.readouterr().out
@@ -136,6 +139,24 @@ def test_preflight_prints_the_table_and_refuses_ten_times_the_tokens(capsys) -> 
     assert "actor update" in problems[0]
     assert "lower actor_rollout_ref.actor.ppo_max_token_len_per_gpu (240000 now" in problems[0]
     assert "log-prob" not in problems[0]  # the same cap, named once
+
+
+def test_an_over_budget_plan_warns_by_default(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan is an estimate: without RLVR_STRICT_MEMORY=1 the run goes on, after one line
+    naming the estimate, the margin and how to make it a refusal."""
+    monkeypatch.delenv("RLVR_STRICT_MEMORY", raising=False)
+    oversized = compose(
+        "countdown_qwen3_4b", ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=240000"]
+    )
+    assert preflight._memory_problems(oversized) == []
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert "an estimate" in warning and "margin -" in warning and "GiB" in warning
+    assert "RLVR_STRICT_MEMORY=1 refuses" in warning and "ppo_max_token_len_per_gpu" in warning
+    monkeypatch.setenv("RLVR_STRICT_MEMORY", "maybe")
+    (problem,) = preflight._memory_problems(oversized)
+    assert problem.startswith("RLVR_STRICT_MEMORY=maybe: use 1")
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def ready_root(tmp_path: Path) -> Path:
-    """A project root with Countdown data, a (placeholder) local model folder and the rewards."""
-    prepare("generate", str(tmp_path / "artifacts/data/countdown"), train_size=8, test_size=4)
+    """A project root with Countdown data (64 rows: one batch of the GPU recipes, which
+    pre-flight refuses to train 0 steps), a (placeholder) local model folder and the rewards."""
+    prepare("generate", str(tmp_path / "artifacts/data/countdown"), train_size=64, test_size=4)
     model = tmp_path / "artifacts/models/tiny"
     model.mkdir(parents=True)
     # a placeholder: pre-flight looks, never loads
@@ -106,8 +107,7 @@ def test_launcher_stops_before_ray_on_problems(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             "bash",
-            str(ROOT / "scripts/run_grpo_countdown.sh"),
-            "--config",
+            str(ROOT / "scripts/train.sh"),
             "countdown_cpu",
             "data.train_files=/nonexistent/train.parquet",
         ],

@@ -16,6 +16,7 @@ from rlvr.models.hub import model_path_problem
 from rlvr.preflight import checks as preflight
 from rlvr.preflight.checks import numeric_problems, verl_problems
 from rlvr.preflight.data import data_problems
+from rlvr.preflight.run_identity import write_identity
 from rlvr.tasks import TaskError, TaskSpec
 from rlvr.train.config import ConfigError, compose, compose_checked
 
@@ -205,7 +206,7 @@ def test_data_that_is_not_parquet(tmp_path: Path, model_dir: Path) -> None:
 def test_launcher_stops_at_an_unknown_experiment(tmp_path: Path) -> None:
     """The real launcher: one line, exit 2, before wandb, logs or Ray."""
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts/launch_grpo.sh"), "countdown_cpuu", "trainer.x=1"],
+        ["bash", str(ROOT / "scripts/train.sh"), "countdown_cpuu", "trainer.x=1"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -335,7 +336,7 @@ BAD = [
 def test_bad_input_is_one_line_exit_2(
     inputs: dict[str, Path], override: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What ``scripts/launch_grpo.sh`` runs before Ray: never a traceback, never "ok"."""
+    """What ``scripts/train.sh`` runs before Ray: never a traceback, never "ok"."""
     root = inputs["root"]
     assert preflight.main(["countdown_cpu", *_good(root), override.format(root=root)]) == 2
     captured = capsys.readouterr()
@@ -447,6 +448,7 @@ def test_an_unreadable_checkpoint_tracker_is_refused_with_the_fix(
         (run / f"global_step_{step}" / "actor").mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text(tracker)
     argv = ["countdown_cpu", *_good(inputs["root"]), f"trainer.default_local_dir={run}"]
+    write_identity(compose(argv[0], argv[1:]))  # this run's own checkpoints
     code = preflight.main(argv)
     err = capsys.readouterr().err
     if message is None:

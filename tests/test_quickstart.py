@@ -131,23 +131,22 @@ def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
     [("1", "4", "countdown_qwen2_5_3b_lora_1gpu"), ("8", "7", "countdown_qwen3_4b")],
 )
 def test_quickstart_dry_run_plans_the_gpu_recipe_that_fits(
-    tmp_path: Path, gpus: str, steps: str, experiment: str
+    gpus: str, steps: str, experiment: str
 ) -> None:
     """--gpus N --dry_run: the recipe rlvr.planning.gpu_recipes picks and the commands, run by
-    nothing; --out (existing and empty here) stays empty and nothing is created beside it."""
-    out = tmp_path / "qs"
-    out.mkdir()
+    nothing; the recipe's own checkpoint folder is named (the GPU path refuses --out)."""
     steps_flag = [] if steps == "4" else ["--steps", steps]
-    done = _quickstart("--gpus", gpus, "--dry_run", "--out", str(out), *steps_flag)
+    done = _quickstart("--gpus", gpus, "--dry_run", *steps_flag)
     assert done.returncode == 0, done.stderr
     assert f"== {gpus} GPU(s) (--gpus)" in done.stdout
     assert f"== dry run: would run {experiment} (nothing runs" in done.stdout
-    grpo = f"bash scripts/run_grpo_countdown.sh --config {experiment}"
+    grpo = f"bash scripts/train.sh {experiment}"
     # the hub model is downloaded before the run, whose workers read it offline
     download = f"uv run --no-sync python -m rlvr.preflight.hub_cache {experiment}"
     assert f"\n  {download}\n  {grpo} trainer.total_training_steps={steps}\n" in done.stdout
     assert f"GPU{'s' * (gpus != '1')}: {experiment} uses " in done.stderr  # the chooser's why
-    assert list(out.iterdir()) == [] and list(tmp_path.iterdir()) == [out]
+    folder = ROOT / "artifacts/checkpoints" / experiment / f"global_step_{steps}"
+    assert f"  checkpoints: {folder} (auto-resume on" in done.stdout
 
 
 def test_quickstart_dry_run_with_no_gpus_plans_the_cpu_path(tmp_path: Path) -> None:
@@ -156,7 +155,7 @@ def test_quickstart_dry_run_with_no_gpus_plans_the_cpu_path(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("== dry run: 0 GPUs (--gpus), the CPU path")
     assert "countdown_cpu (model tiny), 2 GRPO step(s)" in done.stdout
-    assert "scripts/launch_grpo.sh countdown_cpu base_model=tiny," in done.stdout
+    assert "scripts/train.sh countdown_cpu base_model=tiny," in done.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -58,7 +58,7 @@ def test_a_stopped_run_leaves_no_process(
     assert (code, seconds < 30) == (expected, True), run.output()[-3000:]
     last = run.output().strip().splitlines()[-1]
     if target == "launcher":
-        assert last.startswith(f"launch_grpo: {signal.Signals(signum).name}: stopped the run's")
+        assert last.startswith(f"train: {signal.Signals(signum).name}: stopped the run's")
     else:
         assert "the driver left behind" in run.output()
 

@@ -1,7 +1,7 @@
 """rlvr/common/supervision.py, on real processes shaped like a training run's: a "driver" that
 starts a daemon in a session of its own (as Ray's raylet starts its agents), which survives the
 driver unless someone stops it. Each row is a way a run is stopped or dies; after it, no process
-of the run may be left. (Before the supervisor, launch_grpo.sh's SIGTERM left the driver
+of the run may be left. (Before the supervisor, train.sh's SIGTERM left the driver
 running, and a killed driver left Ray's agents alive: every row but the last failed.)"""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from rlvr.sweep.runner import run_sweep
 ROOT = Path(__file__).resolve().parents[1]
 
 STAND_IN = """#!/usr/bin/env bash
-# Stands in for launch_grpo.sh: writes verl-style JSON lines to paths.metrics (one step, then
+# Stands in for train.sh: writes verl-style JSON lines to paths.metrics (one step, then
 # fails for lr=5e-4; two steps otherwise).
 echo "$@" >> "$RLVR_LOG_DIR/calls.txt"
 for arg in "$@"; do [[ $arg == paths.metrics=* ]] && metrics="${arg#paths.metrics=}"; done

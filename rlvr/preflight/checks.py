@@ -6,8 +6,11 @@ Refused here (docs/TRAINING.md, "Errors"): an unknown experiment or override key
 that are missing, not Parquet or of another task, a model path that will not load (a hub id
 not in this node's HF cache: the workers run offline, ``hub_cache``), numeric
 settings verl rejects only after Ray starts, reward kwargs the reward does not take, too few
-GPUs, a GPU run whose memory cannot fit the GPU (rlvr/planning/memory_plan.py), a running Ray
-cluster verl would join silently, and checkpoints that cannot fit the disk.
+GPUs, a running Ray cluster verl would join silently, a run that would train 0 steps
+(``steps``), checkpoints of another run it would resume from (``run_identity``), and
+checkpoints that cannot fit the disk.
+A GPU run whose memory plan (rlvr/planning/memory_plan.py, an estimate) does not fit the GPU is
+a warning; with RLVR_STRICT_MEMORY=1 in the environment it is refused too.
 The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
 verl config checks here also serve the sweep runner (rlvr/sweep/runner.py).
 """
@@ -19,8 +22,10 @@ import copy
 import importlib.util
 import io
 import math
+import os
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,8 @@ from rlvr.planning.checkpoint_budget import estimate, human
 from rlvr.preflight import hub_cache
 from rlvr.preflight.data import data_problems
 from rlvr.preflight.ray_cluster import ray_plan
+from rlvr.preflight.run_identity import identity_problems
+from rlvr.preflight.steps import zero_step_problems
 from rlvr.tasks import TaskSpec
 from rlvr.train.batching import batching
 
@@ -223,11 +230,30 @@ def _experiments_for(config: Any, gpus: int) -> list[str]:
     return found
 
 
+STRICT_MEMORY_ENV = "RLVR_STRICT_MEMORY"  # 1: a plan over the GPU refuses the run
+
+
+def strict_memory(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a memory plan that does not fit refuses the run (``RLVR_STRICT_MEMORY=1``)
+    rather than warning; ValueError (one line) for a value that is neither."""
+    value = (os.environ if environ is None else environ).get(STRICT_MEMORY_ENV, "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{STRICT_MEMORY_ENV}={value}: use 1 (refuse) or 0 (warn, the default)")
+
+
 def _memory_problems(config: Any) -> list[str]:
-    """Print the GPU run's memory table (rlvr/planning/memory_plan.py); a problem when it cannot
-    fit the GPU this machine has, or the one the hardware overlay declares."""
+    """Print the GPU run's memory table (rlvr/planning/memory_plan.py). A plan that cannot fit
+    the GPU this machine has (or the one the hardware overlay declares) is an estimate, not a
+    fact: one warning line, and the run goes on; a problem only with ``RLVR_STRICT_MEMORY=1``."""
     from rlvr.planning.memory_plan import plan
 
+    try:
+        strict = strict_memory()
+    except ValueError as exc:
+        return [str(exc)]
     try:
         memory = plan(config)
     except (KeyError, TypeError, ValueError) as exc:
@@ -237,7 +263,20 @@ def _memory_problems(config: Any) -> list[str]:
         return []
     for line in memory.lines():
         print(f"pre-flight: {line}")
-    return memory.problems
+    if strict or not memory.problems:
+        return memory.problems
+    gib = 1024**3
+    capacity = memory.machine.gpu_bytes
+    peak = f"peak estimate ~{memory.peak.bytes / gib:.1f} GiB per GPU ({memory.peak.name})"
+    if capacity:
+        margin = (capacity - memory.peak.bytes) / gib
+        peak += f" against {capacity / gib:.1f} GiB, margin {margin:+.1f} GiB"
+    print(
+        f"pre-flight: warning: memory plan (an estimate) says it may not fit: {peak}; "
+        f"{'; '.join(memory.problems)}. Starting anyway; {STRICT_MEMORY_ENV}=1 refuses instead",
+        file=sys.stderr,
+    )
+    return []
 
 
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
@@ -264,7 +303,8 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     print(f"pre-flight: ray: {plan}")
     if ray_problem is not None:
         problems.append(ray_problem)
-    problems += _resume_problems(config)
+    problems += _resume_problems(config) + identity_problems(config)
+    problems += zero_step_problems(config)  # silent until the data reads and the numbers are sound
     if not problems:  # the budget reads the data and the model: only once they are sound
         problems.extend(_checkpoint_problems(config))
     return problems

@@ -33,7 +33,7 @@ def _parquet_problem(path: Path) -> str | None:
     return None
 
 
-def _data_files(files: Any) -> list[str]:
+def data_files(files: Any) -> list[str]:
     """``data.train_files``/``val_files`` as verl reads them: one path, or a list of paths."""
     if isinstance(files, str):
         return [files] if files.strip() else []
@@ -93,7 +93,7 @@ def data_problems(config: Any, task: TaskSpec | None) -> list[str]:
     hint = f"; create it with: {task.prep_command}" if task else ""
     for key in ("train_files", "val_files"):
         files = config.data.get(key)
-        paths = _data_files(files)
+        paths = data_files(files)
         if not paths:
             problems.append(f"data.{key}={files}: names no file; set it to a .parquet file{hint}")
             continue

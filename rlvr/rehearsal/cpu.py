@@ -6,7 +6,7 @@ Usage: python -m rlvr.rehearsal.cpu EXPERIMENT [--objective NAME] [--out DIR]
 
 Runs the experiment's own composed config (batch sizes, group size, mini/micro batches, dynamic
 batching, sharding, checkpoint contents, LoRA, nnodes x n_gpus_per_node) through
-``scripts/launch_grpo.sh``, verl and Ray on CPU, with fake Ray GPUs and gloo. Replaced, and
+``scripts/train.sh``, verl and Ray on CPU, with fake Ray GPUs and gloo. Replaced, and
 nothing else: the model (the tiny random one), the rollout engine (HF generate), dtype (fp32),
 attention (SDPA), lengths (short), steps (2, then 3 on resume), data (generated). The
 objective preset (configs/objective/, ``--objective``, default grpo) is passed as

@@ -38,7 +38,7 @@ CHECKS: list[tuple[str, str]] = [
     ("prepare", f"{MODEL} in the HF cache (downloaded if not), generated data"),
     ("gradient scale", f"verl's gradient / plain torch within {grad_scale.TOLERANCE:g} of 1"),
     ("ray", "verl's local Ray on this node, or the cluster at RAY_ADDRESS (2 nodes)"),
-    ("train 2 steps", "scripts/launch_grpo.sh exits 0, pre-flight included"),
+    ("train 2 steps", "scripts/train.sh exits 0, pre-flight included"),
     ("shards", "every rank wrote its model, optimizer and extra-state shards"),
     ("checkpoint bytes", f"written / pre-flight's disk budget within {BUDGET_TOLERANCE:.0%}"),
     ("actor state", f"largest rank's params + AdamW / the planner's within {BUDGET_TOLERANCE:.0%}"),

@@ -140,10 +140,10 @@ def topology(plan: Plan, cluster: Cluster, timeout_s: float) -> str:
 
 
 def launch(plan: Plan, cluster: Cluster, steps: int, name: str, timeout_s: float) -> Finished:
-    """``scripts/launch_grpo.sh`` with the experiment plus the rehearsal's replacements."""
+    """``scripts/train.sh`` with the experiment plus the rehearsal's replacements."""
     cmd = [
         "bash",
-        str(ROOT / "scripts/launch_grpo.sh"),
+        str(ROOT / "scripts/train.sh"),
         plan.experiment,
         *plan.overrides,
         f"trainer.total_training_steps={steps}",

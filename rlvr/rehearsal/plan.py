@@ -51,7 +51,7 @@ def make_plan(
         raise ValueError(f"unknown objective {objective!r}; one of {objectives()}")
     config = compose(experiment, [f"objective={objective}"])
     if config.actor_rollout_ref.rollout.name == "hf":
-        raise ValueError(f"{experiment} already runs on CPU: use scripts/launch_grpo.sh")
+        raise ValueError(f"{experiment} already runs on CPU: use scripts/train.sh")
     real = int(config.trainer.n_gpus_per_node)
     nnodes, batch = int(config.trainer.nnodes), int(config.data.train_batch_size)
     per_node = gpus_per_node or ranks_that_fit(real, nnodes, batch)

@@ -1,6 +1,6 @@
 """Running a sweep: one launcher run per grid point, one after another, each bounded in time.
 
-Each point runs ``scripts/launch_grpo.sh`` (or, with ``ray_address``, a ``ray job submit`` of it)
+Each point runs ``scripts/train.sh`` (or, with ``ray_address``, a ``ray job submit`` of it)
 with the grid values as Hydra overrides, ``paths.metrics`` pointing at its own
 ``runs/<point>/metrics.jsonl`` (verl's ``file`` logger) and its launcher output in
 ``output.log`` (see ``rlvr.sweep.folder`` for the layout). A point is finished when the launcher
@@ -38,7 +38,7 @@ from rlvr.sweep.grid import GridPoint, SweepError, SweepSpec, grid_points
 from rlvr.sweep.history import summarise_history
 from rlvr.sweep.tables import fmt
 
-LAUNCHER = ROOT / "scripts" / "launch_grpo.sh"
+LAUNCHER = ROOT / "scripts" / "train.sh"
 ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|Traceback|problem)")
 
 

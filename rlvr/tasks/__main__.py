@@ -1,7 +1,6 @@
 """The task registry from the shell.
 
 Usage: python -m rlvr.tasks list                       the registered tasks
-       python -m rlvr.tasks experiment NAME            NAME's default experiment (launchers)
        python -m rlvr.tasks prep NAME [prep flags]     NAME's data prep (see prep NAME --help)
 """
 
@@ -24,11 +23,8 @@ def main(argv: list[str] | None = None) -> int:
             for spec in tasks.all_specs():
                 print(f"{spec.name}: {spec.summary} (default experiment {spec.default_experiment})")
             return 0
-        if command in ("experiment", "prep") and rest:
-            if command == "prep":
-                return prep_cli.main(rest[0], rest[1:])
-            print(tasks.get(rest[0]).default_experiment)
-            return 0
+        if command == "prep" and rest:
+            return prep_cli.main(rest[0], rest[1:])
     except tasks.TaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -53,7 +53,7 @@ class TaskSpec:
     prepare: Callable[[argparse.Namespace], PrepResult]
     # Writes train/val Parquet of the given sizes with no network (rehearsal, tests).
     offline_data: Callable[[Path, int, int], None]
-    default_experiment: str  # the task's reference experiment (python -m rlvr.tasks experiment)
+    default_experiment: str  # the task's reference experiment (rlvr.tasks list)
     eval_split: str = "test"
     prep_flags: str = ""  # flags the prep hint adds, e.g. " --val_size 500"
     config_dir: Path = CONFIG_DIR  # the config root holding task/<name>.yaml

@@ -211,3 +211,27 @@ def compose_checked(
         return compose(experiment, overrides, root)
     except (HydraException, OmegaConfBaseException) as exc:
         raise _translate(exc, experiment, root) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlvr.train.config EXPERIMENT [overrides...]``: print the composed config
+    (``scripts/train.sh EXPERIMENT --print_config``); exit 2, one line, if it does not compose."""
+    import sys
+
+    from omegaconf import OmegaConf
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(main.__doc__)
+        return 0 if args else 2
+    try:
+        config = compose_checked(args[0], args[1:])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(config, resolve=True), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

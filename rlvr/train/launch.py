@@ -1,4 +1,4 @@
-"""What ``scripts/launch_grpo.sh`` runs once pre-flight has passed: verl's driver
+"""What ``scripts/train.sh`` runs once pre-flight has passed: verl's driver
 (``rlvr.train.main``) under a supervisor, then the LoRA merge.
 
 Usage (the launcher's ``exec``): python -m rlvr.train.launch EXPERIMENT LOG [overrides...]
@@ -25,7 +25,7 @@ from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.common.supervision import run_supervised, stop_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "launch_grpo"
+NAME = "train"
 TEMP_DIR_KEY = "ray_kwargs.ray_init._temp_dir"
 # Ray workers do not inherit the launcher's environment when Ray runs as a cluster: the
 # variables that shape a run travel in the job's runtime env. (WANDB_API_KEY does not: verl

@@ -1,7 +1,7 @@
 """The recipes' GRPO entry point: verl 0.6.1's ``main_ppo`` with the recipes' TaskRunner, then
 the run report.
 
-``scripts/launch_grpo.sh`` runs ``python -m rlvr.train.main --config-path <repo>/configs
+``scripts/train.sh`` runs ``python -m rlvr.train.main --config-path <repo>/configs
 --config-name EXPERIMENT [overrides]`` (an absolute path: Hydra would read a relative one from
 this folder), as verl's recipes run their own ``main_*.py``. It calls verl's ``run_ppo`` (Ray
 start, the TaskRunner actor) with ``RecipeTaskRunner`` (``rlvr.train.trainer``; every change to

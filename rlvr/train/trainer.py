@@ -15,8 +15,10 @@ verl's code: each override calls verl's method and adds what the recipes need ar
   ``__del__``, which need not run before Ray ends the actor, so the last steps were lost.
 
 ``RecipeTrainer`` (verl's ``RayPPOTrainer``):
-- ``fit`` first writes ``run_plan.json`` (the steps it will train) beside the metrics, so that the
-  report can tell a finished run from one stopped early (``rlvr.report.run_plan``);
+- ``fit`` first writes the run's identity into its checkpoint folder (model, task, topology,
+  LoRA rank: ``rlvr.preflight.run_identity``), so that pre-flight can refuse resuming another
+  run's checkpoints; then ``run_plan.json`` (the steps it will train) beside the metrics, so
+  that the report can tell a finished run from one stopped early (``rlvr.report.run_plan``);
 - ``_save_checkpoint`` then deletes the oldest ``global_step_N`` beyond
   ``trainer.max_actor_ckpt_to_keep``: verl's rotation only knows the checkpoints saved since the
   process started (its ``previous_saved_paths`` starts empty), so after a resume the ones saved
@@ -42,6 +44,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from rlvr.common.checkpoints import saved_steps
 from rlvr.common.verl_guards import require_parameters
+from rlvr.preflight.run_identity import write_identity
 from rlvr.report.bands import plan_fields
 from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
 from rlvr.report.run_plan import write_run_plan
@@ -72,6 +75,10 @@ class RecipeTrainer(RayPPOTrainer):
     bounded and carrying each response's length (see the module docstring)."""
 
     def fit(self) -> None:
+        try:  # before verl loads a checkpoint: pre-flight checks the next run against it
+            write_identity(self.config)
+        except OSError as exc:  # verl's own saves there will say more
+            print(f"rlvr: warning: run identity not written: {exc}", file=sys.stderr, flush=True)
         folder = run_folder(self.config)
         if folder is not None:
             # verl stops at total_training_steps or when the epochs run out, whichever is first
