@@ -14,19 +14,11 @@ has; without one, the one the hardware overlay declares (``hardware_facts``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from rlvr.models.architectures import (
-    Architecture,
-    by_hf_id,
-    from_config_json,
-    lora_parameters_per_rank,
-    parameter_count,
-)
+from rlvr.models.architectures import Architecture, for_model_path, lora_parameters_per_rank
 from rlvr.planning import memory_model as mm
 from rlvr.planning.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
 from rlvr.planning.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
@@ -80,17 +72,7 @@ class MemoryPlan:
 
 def architecture(config: Any) -> tuple[Architecture, str] | None:
     """The model's shape: a local folder's config.json, else the table's row for a hub id."""
-    path = str(config.actor_rollout_ref.model.path)
-    declared = Path(path).expanduser() / "config.json"
-    if declared.is_file():
-        try:
-            arch = from_config_json(json.loads(declared.read_text()), path)
-            parameter_count(arch)  # ValueError: a model type the formulas do not know
-            return arch, str(declared)
-        except (KeyError, TypeError, ValueError):
-            return None
-    known = by_hf_id(path)
-    return None if known is None else (known, "rlvr/models/architectures.py")
+    return for_model_path(str(config.actor_rollout_ref.model.path))
 
 
 def _micro_batch(
