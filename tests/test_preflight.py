@@ -207,3 +207,16 @@ def test_unknown_parameter_count_only_warns(
     captured = capsys.readouterr()
     assert "checkpoints: 1 kept x ? B = ?" in captured.out
     assert "pre-flight: warning: parameter count unknown" in captured.err
+
+
+@pytest.mark.parametrize(("lr", "warned"), [("1e-6", True), ("1e-4", False)])
+def test_lora_at_a_full_fine_tuning_lr_only_warns(
+    ready_root: Path, capsys: pytest.CaptureFixture[str], lr: str, warned: bool
+) -> None:
+    """adapter=lora32 keeps the experiment's lr (the adapter owns none): below 1e-5 pre-flight
+    names the override, and still lets the run start."""
+    overrides = ["adapter=lora32", f"actor_rollout_ref.actor.optim.lr={lr}"]
+    assert check(compose("countdown_cpu", overrides, root=ready_root)) == []
+    err = capsys.readouterr().err
+    assert ("warning: LoRA at lr 1e-06" in err and "optim.lr=1e-4" in err) == warned
+    assert ("LoRA at lr" in err) == warned

@@ -240,6 +240,19 @@ def _memory_problems(config: Any) -> list[str]:
     return memory.problems
 
 
+def _warn_lora_lr(config: Any) -> None:
+    """The lr is the experiment's, not the adapter's: adapter=lora32 on a full fine-tuning recipe
+    keeps its ~1e-6, where LoRA barely moves (its recipes here run at 1e-4)."""
+    actor = config.actor_rollout_ref
+    lr = float(actor.actor.optim.lr)
+    if int(actor.model.get("lora_rank") or 0) > 0 and lr < 1e-5:
+        print(
+            f"pre-flight: warning: LoRA at lr {lr:g}, a full fine-tuning rate; LoRA's recipes "
+            "run at 1e-4: actor_rollout_ref.actor.optim.lr=1e-4",
+            file=sys.stderr,
+        )
+
+
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     """Problems with a composed config, as messages; empty when it is ready to launch."""
     task = tasks.for_config(config)
@@ -254,6 +267,7 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
     problems += _gpu_problems(config, visible_gpus)
     if not numeric:
+        _warn_lora_lr(config)
         problems += _memory_problems(config)
     problems += _overlong_buffer_problems(config)
     problems += _reward_problems(config, task)
