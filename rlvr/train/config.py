@@ -2,6 +2,9 @@
 
 ``compose_checked`` turns Hydra's 50-line tracebacks for an unknown experiment, a misspelled key
 or group option, or a malformed override into one line that names it and the closest valid name.
+
+Print an experiment's whole composed config, overrides applied and paths filled in:
+    uv run python -m rlvr.train.config EXPERIMENT [hydra overrides...]
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import copy
 import difflib
 import hashlib
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +215,38 @@ def compose_checked(
         return compose(experiment, overrides, root)
     except (HydraException, OmegaConfBaseException) as exc:
         raise _translate(exc, experiment, root) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the composed config as YAML, every interpolation resolved (``paths.root`` is this
+    checkout unless an override sets it); a bad experiment or override is one line, exit 2."""
+    import argparse
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rlvr.train.config",
+        description="Print an experiment's whole composed config (what bash scripts/train.sh "
+        "EXPERIMENT runs), with the overrides applied and every path filled in.",
+        epilog="e.g. python -m rlvr.train.config countdown_qwen3_4b adapter=lora32 "
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+    )
+    parser.add_argument("experiment", help="a configs/*.yaml name: " + ", ".join(experiments()))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (KEY=VALUE, group=option)")
+    parser.add_argument("--unresolved", action="store_true", help="keep ${...} interpolations")
+    args = parser.parse_args(argv)
+    try:
+        config = compose_checked(args.experiment, args.overrides)
+        print(OmegaConf.to_yaml(config, resolve=not args.unresolved), end="")
+    except ConfigError as exc:
+        print(f"config: {exc}", file=sys.stderr)
+        return 2
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve
+        print(f"config: {args.experiment}: {first_line(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
