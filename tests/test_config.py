@@ -1,9 +1,8 @@
-"""Every experiment composes on verl's ppo_trainer and passes verl's own checks, and every overlay
-sets only the keys of its own concern."""
+"""Every experiment composes on verl's ppo_trainer and passes verl's own checks; every overlay
+sets only the mechanics of its own concern, and every experiment states its knobs itself."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,19 +14,19 @@ from omegaconf import DictConfig, OmegaConf
 from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
 
 GROUPS = ("task", "base_model", "hardware", "adapter", "objective")
-# objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); experiments pick
-# the other groups.
-EXPERIMENT_GROUPS = tuple(group for group in GROUPS if group != "objective")
+# objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); base_model/ is a
+# command-line preset only (each experiment lists `base_model: null` after _self_).
+EXPERIMENT_GROUPS = ("task", "hardware", "adapter")
 
-# The concern that owns each key: the longest matching dotted prefix wins. A key no group owns is
-# the recipe's (grpo.yaml and the experiments). rehearsal/ swaps hardware, so it owns nothing new.
+# The mechanic each overlay owns: the longest matching dotted prefix wins. A key no overlay owns
+# is the experiment's (grpo.yaml and configs/*.yaml): every tuned knob is. rehearsal/ and
+# attention/ swap hardware, so they own nothing new.
 OWNERS = {
     "objective": (
         "algorithm.adv_estimator",
         "algorithm.norm_adv_by_std_in_grpo",
         "algorithm.use_kl_in_reward",
         "actor_rollout_ref.actor.use_kl_loss",
-        "actor_rollout_ref.actor.kl_loss_coef",
         "actor_rollout_ref.actor.kl_loss_type",
         "actor_rollout_ref.actor.entropy_coeff",
         "actor_rollout_ref.actor.clip_ratio_low",
@@ -41,25 +40,19 @@ OWNERS = {
         "reward_model.reward_manager",
         "reward_model.reward_kwargs",
     ),
-    "recipe": ("data.train_batch_size",),
     "task": (
-        "data",
-        "custom_reward_function",
-        "trainer.total_epochs",
-        "trainer.total_training_steps",
-        "trainer.save_freq",
-    ),
-    "base_model": (
-        "actor_rollout_ref.model.path",
-        "data.apply_chat_template_kwargs",
-        "model_facts",
-        "model_lr",
+        "recipe.task",
+        "data.train_files",
+        "data.val_files",
+        "data.filter_overlong_prompts",
+        "data.truncation",
+        "custom_reward_function.path",
+        "custom_reward_function.name",
     ),
     "adapter": (
         "actor_rollout_ref.model.lora_rank",
         "actor_rollout_ref.model.lora_alpha",
         "actor_rollout_ref.model.target_modules",
-        "actor_rollout_ref.actor.optim.lr",
         "actor_rollout_ref.actor.checkpoint.save_contents",
         "actor_rollout_ref.rollout.load_format",
         "actor_rollout_ref.rollout.layered_summon",
@@ -98,6 +91,24 @@ OWNERS = {
         "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
     ),
 }
+# What a base_model/ preset may set: the model and its chat template, nothing tuned.
+BASE_MODEL_KEYS = ("actor_rollout_ref.model.path", "data.apply_chat_template_kwargs")
+# The knobs every experiment states as literals in its own file (tests/test_recipe_files.py
+# edits some of them and checks that only that experiment moves).
+KNOBS = (
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.kl_loss_coef",
+    "actor_rollout_ref.rollout.n",
+    "data.train_batch_size",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "custom_reward_function.reward_kwargs",
+    "trainer.total_epochs",
+    "trainer.total_training_steps",
+    "trainer.save_freq",
+    "trainer.test_freq",
+)
 
 
 def owner(key: str) -> str:
@@ -108,7 +119,7 @@ def owner(key: str) -> str:
         for group, prefixes in OWNERS.items():
             if prefix in prefixes:
                 return group
-    return "recipe"
+    return "experiment"
 
 
 def raw_yaml(path: Path) -> dict[str, Any]:
@@ -147,13 +158,15 @@ def overlay(name: str) -> DictConfig:
 
 
 def choices(experiment: str) -> dict[str, str]:
-    """The overlay an experiment picks in each group, from its `defaults` list."""
+    """The overlay an experiment picks in each group, from its `defaults` list (a null pick,
+    base_model's, is no choice)."""
     defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
     return {
         str(group): str(name)
         for entry in defaults
         if isinstance(entry, DictConfig)
         for group, name in entry.items()
+        if name is not None
     }
 
 
@@ -170,7 +183,9 @@ GPU_EXPERIMENTS = [e for e in experiments() if is_gpu(e)]
 @pytest.mark.parametrize("experiment", experiments())
 def test_experiment_picks_one_overlay_per_group(experiment: str) -> None:
     defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
-    assert defaults[0] == "grpo" and defaults[-1] == "_self_"
+    # Precedence (docs/TRAINING.md): the experiment's own values win over the overlays before
+    # _self_, and a base_model=NAME preset from the command line wins over its model path.
+    assert defaults[0] == "grpo" and list(defaults[-2:]) == ["_self_", {"base_model": None}]
     picked = choices(experiment)
     assert sorted(picked) == sorted(EXPERIMENT_GROUPS)
     for group, name in picked.items():
@@ -204,32 +219,47 @@ def test_the_ownership_map_gives_each_key_one_owner() -> None:
     prefixes = [prefix for group in OWNERS.values() for prefix in group]
     assert len(prefixes) == len(set(prefixes))
     assert owner("actor_rollout_ref.actor.fsdp_config.param_offload") == "hardware"
-    assert owner("data.max_response_length") == "task"  # (experiments may set task keys)
-    assert owner("data.train_batch_size") == owner("actor_rollout_ref.rollout.n") == "recipe"
+    assert {owner(knob) for knob in KNOBS} == {"experiment"}
 
 
-# Recipe keys a preset may set, and only to this value (none today: the recipe's mini batch is
-# already one per batch, configs/grpo.yaml).
-OBJECTIVE_FOLLOWS_RECIPE: dict[str, str] = {}
-
-
-def test_overlays_set_only_keys_of_their_concern() -> None:
-    """No overlay sets what another concern owns, so none undoes another (issue 14)."""
+def test_overlays_set_only_the_mechanics_of_their_concern() -> None:
+    """No overlay sets a tuned knob or another concern's key, so none undoes another (issue 14)
+    and none hides a value the experiment file should show (issue 39)."""
     wrong = []
     for group in (*GROUPS, "rehearsal", "attention"):
         for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
             # rehearsal/ and attention/ swap hardware keys (what a CPU, or a node without
             # flash-attn, cannot run)
             allowed = "hardware" if group in ("rehearsal", "attention") else group
-            wrong += [
-                f"{group}/{path.name}: {key} ({owner(key)})"
-                for key in keys_set(path)
-                if owner(key) != allowed
-                and not (
-                    group == "objective"
-                    and _raw_value(path, key) == OBJECTIVE_FOLLOWS_RECIPE.get(key)
-                )
-            ]
+            for key in keys_set(path):
+                if group == "base_model":
+                    ok = key.startswith(BASE_MODEL_KEYS)
+                else:
+                    ok = owner(key) == allowed
+                if not ok:
+                    wrong.append(f"{group}/{path.name}: {key} ({owner(key)})")
+    assert wrong == []
+
+
+def test_experiments_state_their_knobs_and_no_overlay_mechanics() -> None:
+    """grpo.yaml sets experiment keys only (its objective is objective/grpo.yaml). Each
+    experiment states every knob as a literal (an interpolation only for the model folder under
+    paths.root) and may pin an objective knob (it then wins over every preset:
+    docs/OBJECTIVES.md), never a task, adapter or hardware mechanic."""
+    wrong = [
+        f"grpo.yaml: {key}"
+        for key in keys_set(CONFIG_DIR / "grpo.yaml")
+        if owner(key) != "experiment"
+    ]
+    for experiment in experiments():
+        path = CONFIG_DIR / f"{experiment}.yaml"
+        keys = keys_set(path)
+        wrong += [f"{experiment}: {k}" for k in keys if owner(k) not in ("experiment", "objective")]
+        for knob in KNOBS:
+            stated = [k for k in keys if k == knob or k.startswith(f"{knob}.")]
+            values = [str(_raw_value(path, k)) for k in stated]
+            if not stated or any("${" in v and not v.startswith("${paths.root}/") for v in values):
+                wrong.append(f"{experiment}: {knob} not a literal of its own")
     assert wrong == []
 
 
@@ -240,40 +270,28 @@ def _raw_value(path: Path, key: str) -> Any:
     return node
 
 
-def test_base_and_experiments_leave_overlay_concerns_alone() -> None:
-    """grpo.yaml sets recipe keys only (its objective is objective/grpo.yaml); an experiment adds
-    its scale (recipe and task keys) and may pin an objective knob for its model (it then wins
-    over every preset: docs/OBJECTIVES.md), never a model, adapter or hardware fact."""
-    wrong = [
-        f"grpo.yaml: {key}" for key in keys_set(CONFIG_DIR / "grpo.yaml") if owner(key) != "recipe"
-    ]
-    for experiment in experiments():
-        keys = keys_set(CONFIG_DIR / f"{experiment}.yaml")
-        wrong += [
-            f"{experiment}: {key}"
-            for key in keys
-            if owner(key) not in ("recipe", "task", "objective")
-        ]
-    assert wrong == []
-
-
-def test_learning_rate_comes_from_the_model_for_each_adapter() -> None:
-    """One home per (model, adapter) pair: base_model/X.yaml's model_lr.<kind>, where adapter A
-    picks the kind; adapter=lora32 on model X gives X's LoRA lr, not a fixed one."""
-    kinds = {}
-    for path in sorted((CONFIG_DIR / "adapter").glob("*.yaml")):
-        lr = raw_yaml(path)["actor_rollout_ref"]["actor"]["optim"]["lr"]
-        match = re.fullmatch(r"\$\{model_lr\.(\w+)\}", str(lr))
-        assert match, f"adapter/{path.name} sets lr {lr!r}, not the model's"
-        kinds[path.stem] = match.group(1)
-    assert len(set(kinds.values())) == len(kinds) >= 2
-    for path in sorted((CONFIG_DIR / "base_model").glob("*.yaml")):
-        declared = OmegaConf.load(path).model_lr
-        for adapter, kind in kinds.items():
-            config = compose("countdown_cpu", [f"base_model={path.stem}", f"adapter={adapter}"])
-            assert config.actor_rollout_ref.actor.optim.lr == declared[kind], (path.stem, adapter)
-    lora = compose("countdown_qwen3_4b", ["adapter=lora32", "model_lr.lora=3e-5"])
-    assert lora.actor_rollout_ref.actor.optim.lr == 3e-5
+def test_precedence_overlays_then_the_experiment_then_base_model_then_the_command_line() -> None:
+    """docs/TRAINING.md, "Precedence": each group picked on the command line still sets the keys
+    it owns, the experiment's knobs stay its own, and base_model=NAME swaps only the model."""
+    lora = compose("countdown_qwen3_4b", ["adapter=lora32"])
+    assert lora.actor_rollout_ref.model.lora_rank == 32  # the adapter's mechanics...
+    assert lora.actor_rollout_ref.actor.optim.lr == 2e-6  # ...at the experiment's lr
+    dapo = compose("countdown_qwen3_4b", ["objective=dapo"]).actor_rollout_ref.actor
+    assert (dapo.clip_ratio_high, dapo.use_kl_loss, dapo.kl_loss_coef) == (0.28, False, 0.001)
+    assert compose("countdown_qwen3_4b", ["hardware=h100x1"]).trainer.n_gpus_per_node == 1
+    tiny = compose("countdown_smollm2_cpu", ["base_model=tiny"])
+    assert str(tiny.actor_rollout_ref.model.path).endswith("artifacts/models/tiny")
+    assert tiny.actor_rollout_ref.actor.optim.lr == 2e-5  # the experiment's, not tiny's
+    small = compose("countdown_qwen3_4b", ["base_model=qwen2_5_0_5b_instruct"])
+    assert small.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert small.data.train_batch_size == 64
+    # the command line wins over the preset and the experiment alike
+    both = ["base_model=tiny", "actor_rollout_ref.model.path=/m", "data.max_response_length=7"]
+    last = compose("countdown_smollm2_cpu", both)
+    assert (last.actor_rollout_ref.model.path, last.data.max_response_length) == ("/m", 7)
+    # control: without the preset the experiment's own model stays
+    own = compose("countdown_smollm2_cpu").actor_rollout_ref.model.path
+    assert str(own).endswith("artifacts/models/smollm2-135m-instruct")
 
 
 def test_layered_summon_is_the_hardwares_and_only_for_lora() -> None:
@@ -521,3 +539,20 @@ def test_cpu_experiments_and_gsm8k_keep_their_lengths() -> None:
     lengths = {e: compose(e).data.max_response_length for e in experiments()}
     assert (lengths["countdown_cpu"], lengths["countdown_smollm2_cpu"]) == (48, 24)
     assert {lengths[e] for e in GPU_EXPERIMENTS if e.startswith("gsm8k")} == {1024}
+
+
+def test_print_config_shows_the_composed_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m rlvr.train.config EXPERIMENT [overrides...]: the whole config, resolved."""
+    from rlvr.train.config import main
+
+    assert main(["countdown_qwen3_4b", "adapter=lora32", "trainer.save_freq=5"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.trainer.save_freq == 5 and printed.actor_rollout_ref.model.lora_rank == 32
+    assert printed.data.train_files == str(
+        CONFIG_DIR.parent / "artifacts/data/countdown/train.parquet"
+    )
+    assert main(["countdown_qwen3_4bb"]) == 2
+    assert "did you mean countdown_qwen3_4b?" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "EXPERIMENT" in capsys.readouterr().out
