@@ -107,6 +107,9 @@ def test_a_task_defined_here_runs_prep_preflight_and_eval(
         f"paths.data={data}",
         f"paths.checkpoints={tmp_path / 'checkpoints'}",
         f"actor_rollout_ref.model.path={tiny_model_dir}",
+        # countdown_cpu states Countdown's reward credit itself (its own literals win over the
+        # task overlay); echo's reward takes no shaping
+        "~custom_reward_function.reward_kwargs.shaping",
     ]
     assert preflight.main(run) == 0
     assert "task echo" in capsys.readouterr().out
@@ -147,17 +150,17 @@ def test_compose_sees_an_edited_overlay_and_hands_out_copies(
 
     overlay = echo_task.config_dir / "task" / "echo.yaml"
     first = config_module.compose("countdown_cpu", ["task=echo"])
-    assert first.data.max_prompt_length == 64
-    first.data.max_prompt_length = 99  # the caller's copy only
-    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 64
-    overlay.write_text(
-        overlay.read_text().replace("max_prompt_length: 64", "max_prompt_length: 128")
+    assert first.data.train_files.endswith("echo/train.parquet")
+    first.data.train_files = "elsewhere"  # the caller's copy only
+    assert config_module.compose("countdown_cpu", ["task=echo"]).data.train_files.endswith(
+        "echo/train.parquet"
     )
-    assert config_module.compose("countdown_cpu", ["task=echo"]).data.max_prompt_length == 128
+    overlay.write_text(overlay.read_text().replace("echo/train.parquet", "echo/train2.parquet"))
+    assert config_module.compose("countdown_cpu", ["task=echo"]).data.train_files.endswith(
+        "echo/train2.parquet"
+    )
     monkeypatch.setattr(config_module, "_config_files_stamp", lambda task_dirs: ())
     config_module.compose("countdown_cpu", ["task=echo"])
-    overlay.write_text(
-        overlay.read_text().replace("max_prompt_length: 128", "max_prompt_length: 256")
-    )
+    overlay.write_text(overlay.read_text().replace("echo/train2.parquet", "echo/train3.parquet"))
     stale = config_module.compose("countdown_cpu", ["task=echo"])
-    assert stale.data.max_prompt_length == 128
+    assert stale.data.train_files.endswith("echo/train2.parquet")
