@@ -18,7 +18,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlvr.models.architectures import Architecture, for_model_path, lora_parameters_per_rank
+from rlvr.models.architectures import (
+    TABLE,
+    Architecture,
+    for_model_path,
+    lora_parameters_per_rank,
+)
 from rlvr.planning import memory_model as mm
 from rlvr.planning.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
 from rlvr.planning.memory_model import GIB, Phase, RunShape, gpu_phases, host_phase
@@ -289,6 +294,14 @@ def _gpu_problem(arch: Architecture, run: RunShape, gpu: Machine, over: list[Pha
     return f"GPU memory over the {_gib(gpu.gpu_bytes or 0)} of the {gpu.gpu}: " + "; ".join(said)
 
 
+def unplanned(config: Any) -> str | None:
+    """Why a GPU run has no plan: its model's shape is unknown (None: it is known, or a CPU run)."""
+    if config.actor_rollout_ref.rollout.name != "vllm" or architecture(config) is not None:
+        return None
+    path = config.actor_rollout_ref.model.path
+    return f"{path}: no local config.json and no row in {TABLE}'s _ROWS (add one)"
+
+
 def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
     """The memory plan of a GPU run; None for the CPU path (the HF rollout) or an unknown shape."""
     if config.actor_rollout_ref.rollout.name != "vllm":
@@ -355,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         here = Machine("GPU" if args.gpu_gib else here.gpu, gpu, host, "given on the command line")
     result = plan(config, here)
     if result is None:
-        print(f"memory plan: {args.experiment}: nothing to plan (a CPU run, or an unknown model)")
+        why = unplanned(config) or "a CPU run (the HF rollout)"
+        print(f"memory plan: {args.experiment}: nothing to plan: {why}")
         return 0
     print("\n".join(result.lines()))
     for problem in result.problems:

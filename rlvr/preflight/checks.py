@@ -226,7 +226,7 @@ def _experiments_for(config: Any, gpus: int) -> list[str]:
 def _memory_problems(config: Any) -> list[str]:
     """Print the GPU run's memory table (rlvr/planning/memory_plan.py); a problem when it cannot
     fit the GPU this machine has, or the one the hardware overlay declares."""
-    from rlvr.planning.memory_plan import plan
+    from rlvr.planning.memory_plan import plan, unplanned
 
     try:
         memory = plan(config)
@@ -234,6 +234,8 @@ def _memory_problems(config: Any) -> list[str]:
         print(f"pre-flight: warning: memory not planned: {first_line(exc)}", file=sys.stderr)
         return []
     if memory is None:
+        if (why := unplanned(config)) is not None:
+            print(f"pre-flight: warning: memory not planned: {why}", file=sys.stderr)
         return []
     for line in memory.lines():
         print(f"pre-flight: {line}")
