@@ -351,6 +351,8 @@ def test_print_config_shows_the_composed_run(capsys: pytest.CaptureFixture[str])
     )
     assert main(["countdown_qwen3_4bb"]) == 2
     assert "did you mean countdown_qwen3_4b?" in capsys.readouterr().err
+    assert main(["countdown_cpu", "+base_model=tiny"]) == 2
+    assert "write base_model=OPTION without +" in capsys.readouterr().err
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0 and "EXPERIMENT" in capsys.readouterr().out

@@ -200,6 +200,13 @@ def _translate(exc: Exception, experiment: str, root: str | Path | None) -> Conf
     if appended:
         key = appended.group(1)
         return ConfigError(f"override +{key}: {key} already exists; write {key}=VALUE without +")
+    doubled = re.search(r"Multiple values for (\w+)\.", message)
+    if doubled:  # +group=option where the experiment already lists the group (base_model: null)
+        group = doubled.group(1)
+        return ConfigError(
+            f"override +{group}=...: {experiment} already lists {group}; "
+            f"write {group}=OPTION without +"
+        )
     return ConfigError(f"{experiment}: {first_line(exc)}")
 
 
