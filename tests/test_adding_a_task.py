@@ -115,18 +115,11 @@ recipe:
 data:
   train_files: ${paths.data}/parity/train.parquet
   val_files: ${paths.data}/parity/test.parquet
-  max_prompt_length: 256
-  max_response_length: 16
   filter_overlong_prompts: false
   truncation: error
 custom_reward_function:
   path: ${paths.root}/rewards/parity.py
   name: compute_score
-  reward_kwargs: {}
-trainer:
-  total_epochs: 1
-  total_training_steps: 20
-  save_freq: 10
 """
 
 
@@ -289,16 +282,18 @@ from pathlib import Path
 from rlvr.train import config as c
 overlay = c.CONFIG_DIR / "task" / "{TASK}.yaml"
 text = overlay.read_text()
+def train_file():
+    return Path(c.compose("{EXPERIMENT}").data.train_files).name
 first = c.compose("{EXPERIMENT}")
-first.data.max_prompt_length = 99  # the caller's copy only
-sizes = [c.compose("{EXPERIMENT}").data.max_prompt_length]
+first.data.train_files = "elsewhere"  # the caller's copy only
+sizes = [train_file()]
 try:
-    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 128"))
-    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+    overlay.write_text(text.replace("train.parquet", "train2.parquet"))
+    sizes.append(train_file())
     c._config_files_stamp = lambda task_dirs: ()  # negative control: the stamp frozen
     c.compose("{EXPERIMENT}")
-    overlay.write_text(text.replace("max_prompt_length: 256", "max_prompt_length: 64"))
-    sizes.append(c.compose("{EXPERIMENT}").data.max_prompt_length)
+    overlay.write_text(text.replace("train.parquet", "train3.parquet"))
+    sizes.append(train_file())
 finally:
     overlay.write_text(text)
 print(sizes)
@@ -312,7 +307,8 @@ def test_compose_sees_an_edited_overlay_and_hands_out_copies(
     caller gets its own copy; with the stamp frozen, the edit goes unseen."""
     copy, _ = repo
     done = _python(copy, "-c", RECOMPOSE)
-    assert done.stdout.strip() == "[256, 128, 128]", done.stderr
+    expected = ["train.parquet", "train2.parquet", "train2.parquet"]
+    assert done.stdout.strip() == str(expected), done.stderr
 
 
 def test_without_the_registry_line_preflight_names_the_missing_step(

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 
-from rlvr.common.paths import ROOT
 from rlvr.models.architectures import (
     ARCHITECTURES,
+    TABLE,
     by_hf_id,
+    for_model_path,
     lora_parameters_per_rank,
     miniature,
     parameter_count,
@@ -35,14 +35,30 @@ def test_parameter_count_matches_the_published_size(hf_id: str) -> None:
     assert billions == pytest.approx(PUBLISHED_BILLIONS[hf_id], rel=0.01)
 
 
-def test_the_table_agrees_with_the_base_model_overlay() -> None:
-    """configs/base_model/qwen3_4b_instruct.yaml carries hand-derived model facts for the
-    pre-flight disk check: the table must give the same numbers."""
-    overlay = yaml.safe_load((ROOT / "configs/base_model/qwen3_4b_instruct.yaml").read_text())
-    arch = by_hf_id(overlay["actor_rollout_ref"]["model"]["path"])
-    assert arch is not None
-    assert parameter_count(arch) == overlay["model_facts"]["parameters"]
-    assert lora_parameters_per_rank(arch) == overlay["model_facts"]["lora_params_per_rank"]
+def test_the_table_agrees_with_the_hand_derived_sizes() -> None:
+    """The figures the base_model overlays used to carry (model_facts), derived by hand from the
+    published config.json: 151936*2560 + 36*(2560*(4096+1024+1024) + 4096*2560 + 3*2560*9728
+    + 2*2560 + 2*128) + 2560 for Qwen3-4B, and 36*((2560+4096) + 2*(2560+1024) + (4096+2560)
+    + 3*(2560+9728)) LoRA parameters per rank."""
+    sizes = {
+        "Qwen/Qwen3-4B-Instruct-2507": (4_022_468_096, 2_064_384),
+        "Qwen/Qwen2.5-3B-Instruct": (3_085_938_688, 1_870_848),
+        "Qwen/Qwen2.5-0.5B-Instruct": (494_032_768, 549_888),
+    }
+    for hf_id, (parameters, per_rank) in sizes.items():
+        arch = by_hf_id(hf_id)
+        assert arch is not None
+        assert (parameter_count(arch), lora_parameters_per_rank(arch)) == (parameters, per_rank)
+
+
+def test_every_hub_model_of_an_experiment_has_a_row() -> None:
+    """Pre-flight sizes disk and memory from the table: a hub model without a row is unplanned."""
+    from rlvr.train.config import compose, experiments
+
+    for experiment in experiments():
+        path = str(compose(experiment).actor_rollout_ref.model.path)
+        if not path.startswith("/"):
+            assert for_model_path(path) is not None, f"{experiment}: add {path} to {TABLE}"
 
 
 def test_an_untied_head_counts_the_embedding_twice() -> None:

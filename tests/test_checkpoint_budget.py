@@ -9,15 +9,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlvr.planning.checkpoint_budget import (
+    ModelSize,
     checkpoints_saved,
     estimate,
     max_kept,
+    model_size,
     safetensors_size,
     training_steps,
 )
 from rlvr.train.config import compose, experiments
 
-QWEN3_4B = 4022468096  # configs/base_model/qwen3_4b_instruct.yaml model_facts
+QWEN3_4B = 4022468096  # rlvr/models/architectures.py, Qwen/Qwen3-4B-Instruct-2507
 QWEN3_4B_LORA_PER_RANK = 2064384
 # What the GPU experiments set; given explicitly so the arithmetic does not move with them.
 SCHEDULE = [
@@ -140,16 +142,47 @@ def test_safetensors_headers_count_the_real_model(tiny_model_dir: Path) -> None:
     assert 8 * size.lora_params_per_rank == trainable
 
 
-def test_local_model_wins_over_declared_facts(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_local_safetensors_win_over_the_config_json(tiny_model_dir: Path, tmp_path: Path) -> None:
     config = compose(
-        "countdown_cpu",
-        [f"actor_rollout_ref.model.path={tiny_model_dir}", "+model_facts.parameters=1"],
-        root=tmp_path,
+        "countdown_cpu", [f"actor_rollout_ref.model.path={tiny_model_dir}"], root=tmp_path
     )
     size = safetensors_size(tiny_model_dir)
     assert size is not None
+    assert model_size(config) == size
     # countdown_cpu: fp32, hf_model saved, one checkpoint (step 2 of 2).
     assert estimate(config).per_checkpoint == 16 * size.parameters
+
+
+@pytest.mark.parametrize(
+    ("hub_id", "parameters"),
+    [("Qwen/Qwen2.5-1.5B-Instruct", 1_543_714_304), ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768)],
+)
+def test_a_model_override_resizes_the_budget(tmp_path: Path, hub_id: str, parameters: int) -> None:
+    """The size follows ``actor_rollout_ref.model.path`` as the command line leaves it, never the
+    experiment's own model (before the architectures table keyed it, the 3B's declared size
+    stayed: 49.4 GB of disk for a 1.5B run)."""
+    three_b = compose("gsm8k_qwen2_5_3b", SCHEDULE, root=tmp_path)
+    other = compose(
+        "gsm8k_qwen2_5_3b", [*SCHEDULE, f"actor_rollout_ref.model.path={hub_id}"], root=tmp_path
+    )
+    size = model_size(other)
+    assert size is not None and size.parameters == parameters
+    assert model_size(three_b) == ModelSize(
+        3_085_938_688, 1_870_848, "rlvr/models/architectures.py"
+    )
+    # Full fine-tuning, fp32 shards + AdamW moments + an hf_model copy: 16 bytes a parameter.
+    assert estimate(other).per_checkpoint == 16 * parameters != estimate(three_b).per_checkpoint
+
+
+def test_a_model_the_table_lacks_names_where_to_add_it(tmp_path: Path) -> None:
+    config = compose(
+        "gsm8k_qwen2_5_3b", ["actor_rollout_ref.model.path=org/unknown-7b"], root=tmp_path
+    )
+    budget = estimate(config)
+    assert budget.per_checkpoint is None
+    assert any(
+        "org/unknown-7b" in w and "rlvr/models/architectures.py" in w for w in budget.warnings
+    )
 
 
 def test_gpu_experiments_have_a_bounded_budget(tmp_path: Path) -> None:

@@ -1,9 +1,8 @@
-"""Every experiment composes on verl's ppo_trainer and passes verl's own checks, and every overlay
-sets only the keys of its own concern."""
+"""Every experiment composes on verl's ppo_trainer and passes verl's own checks, with the
+settings its recipe was tuned with (who owns which key: tests/test_recipe_files.py)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,121 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
 
 GROUPS = ("task", "base_model", "hardware", "adapter", "objective")
-# objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); experiments pick
-# the other groups.
-EXPERIMENT_GROUPS = tuple(group for group in GROUPS if group != "objective")
-
-# The concern that owns each key: the longest matching dotted prefix wins. A key no group owns is
-# the recipe's (grpo.yaml and the experiments). rehearsal/ swaps hardware, so it owns nothing new.
-OWNERS = {
-    "objective": (
-        "algorithm.adv_estimator",
-        "algorithm.norm_adv_by_std_in_grpo",
-        "algorithm.use_kl_in_reward",
-        "actor_rollout_ref.actor.use_kl_loss",
-        "actor_rollout_ref.actor.kl_loss_coef",
-        "actor_rollout_ref.actor.kl_loss_type",
-        "actor_rollout_ref.actor.entropy_coeff",
-        "actor_rollout_ref.actor.clip_ratio_low",
-        "actor_rollout_ref.actor.clip_ratio_high",
-        "actor_rollout_ref.actor.clip_ratio_c",
-        "actor_rollout_ref.actor.policy_loss",
-        "actor_rollout_ref.actor.loss_agg_mode",
-        "actor_rollout_ref.actor.ppo_epochs",
-        "actor_rollout_ref.rollout.temperature",
-        "actor_rollout_ref.rollout.top_k",
-        "reward_model.reward_manager",
-        "reward_model.reward_kwargs",
-    ),
-    "recipe": ("data.train_batch_size",),
-    "task": (
-        "recipe.task",
-        "data",
-        "custom_reward_function",
-        "trainer.total_epochs",
-        "trainer.total_training_steps",
-        "trainer.save_freq",
-    ),
-    "base_model": (
-        "actor_rollout_ref.model.path",
-        "data.apply_chat_template_kwargs",
-        "model_facts",
-        "model_lr",
-    ),
-    "adapter": (
-        "actor_rollout_ref.model.lora_rank",
-        "actor_rollout_ref.model.lora_alpha",
-        "actor_rollout_ref.model.target_modules",
-        "actor_rollout_ref.actor.optim.lr",
-        "actor_rollout_ref.actor.checkpoint.save_contents",
-        "actor_rollout_ref.rollout.load_format",
-        "actor_rollout_ref.rollout.layered_summon",
-    ),
-    "hardware": (
-        "trainer.n_gpus_per_node",
-        "trainer.nnodes",
-        "actor_rollout_ref.nccl_timeout",
-        "hardware_lora",
-        "hardware_facts",
-        "data.dataloader_num_workers",
-        "actor_rollout_ref.model.enable_gradient_checkpointing",
-        "actor_rollout_ref.model.use_remove_padding",
-        "actor_rollout_ref.model.override_config",
-        "actor_rollout_ref.actor.strategy",
-        "actor_rollout_ref.actor.use_dynamic_bsz",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-        "actor_rollout_ref.actor.use_torch_compile",
-        "actor_rollout_ref.actor.fsdp_config",
-        "actor_rollout_ref.ref.strategy",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-        "actor_rollout_ref.ref.fsdp_config",
-        "actor_rollout_ref.rollout.name",
-        "actor_rollout_ref.rollout.mode",
-        "actor_rollout_ref.rollout.dtype",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size",
-        "actor_rollout_ref.rollout.gpu_memory_utilization",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-        "ray_kwargs.ray_init.num_gpus",
-        "ray_kwargs.ray_init.num_cpus",
-        "ray_kwargs.ray_init.include_dashboard",
-        "ray_kwargs.ray_init.runtime_env.env_vars.RLVR_CPU_COMPAT",
-        "ray_kwargs.ray_init.runtime_env.env_vars.GLIBC_TUNABLES",
-        # the CPU path's fixes reach verl's ranks through Ray's setup hook (rlvr/cpu/hook.py)
-        "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
-    ),
-}
-
-
-def owner(key: str) -> str:
-    """The concern that owns a dotted key."""
-    parts = key.split(".")
-    for length in range(len(parts), 0, -1):
-        prefix = ".".join(parts[:length])
-        for group, prefixes in OWNERS.items():
-            if prefix in prefixes:
-                return group
-    return "recipe"
-
-
-def raw_yaml(path: Path) -> dict[str, Any]:
-    """A YAML file as written, interpolations unresolved."""
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    assert isinstance(raw, dict)
-    return {str(key): value for key, value in raw.items()}
-
-
-def keys_set(path: Path) -> list[str]:
-    """The dotted keys a YAML file sets itself (lists are values), its `defaults` left out."""
-    raw = raw_yaml(path)
-    raw.pop("defaults", None)
-
-    def walk(node: Any, prefix: str) -> list[str]:
-        if not isinstance(node, dict):
-            return [prefix]
-        return [leaf for key, value in node.items() for leaf in walk(value, f"{prefix}{key}.")]
-
-    return [key.rstrip(".") for key in walk(raw, "")]
+# objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); base_model/ is a
+# command-line preset only (each experiment lists `base_model: null` after _self_).
+EXPERIMENT_GROUPS = ("task", "hardware", "adapter")
 
 
 def overlay(name: str) -> DictConfig:
@@ -148,13 +35,15 @@ def overlay(name: str) -> DictConfig:
 
 
 def choices(experiment: str) -> dict[str, str]:
-    """The overlay an experiment picks in each group, from its `defaults` list."""
+    """The overlay an experiment picks in each group, from its `defaults` list (a null pick,
+    base_model's, is no choice)."""
     defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
     return {
         str(group): str(name)
         for entry in defaults
         if isinstance(entry, DictConfig)
         for group, name in entry.items()
+        if name is not None
     }
 
 
@@ -171,7 +60,9 @@ GPU_EXPERIMENTS = [e for e in experiments() if is_gpu(e)]
 @pytest.mark.parametrize("experiment", experiments())
 def test_experiment_picks_one_overlay_per_group(experiment: str) -> None:
     defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
-    assert defaults[0] == "grpo" and defaults[-1] == "_self_"
+    # Precedence (docs/TRAINING.md): the experiment's own values win over the overlays before
+    # _self_, and a base_model=NAME preset from the command line wins over its model path.
+    assert defaults[0] == "grpo" and list(defaults[-2:]) == ["_self_", {"base_model": None}]
     picked = choices(experiment)
     assert sorted(picked) == sorted(EXPERIMENT_GROUPS)
     for group, name in picked.items():
@@ -199,82 +90,6 @@ def test_composes_and_passes_verl_validation(experiment: str, tmp_path: Path) ->
         config.trainer.default_local_dir,
     ):
         assert Path(path).is_absolute() and str(path).startswith(str(tmp_path.resolve()))
-
-
-def test_the_ownership_map_gives_each_key_one_owner() -> None:
-    prefixes = [prefix for group in OWNERS.values() for prefix in group]
-    assert len(prefixes) == len(set(prefixes))
-    assert owner("actor_rollout_ref.actor.fsdp_config.param_offload") == "hardware"
-    assert owner("data.max_response_length") == "task"  # (experiments may set task keys)
-    assert owner("data.train_batch_size") == owner("actor_rollout_ref.rollout.n") == "recipe"
-
-
-# Recipe keys a preset may set, and only to this value (none today: the recipe's mini batch is
-# already one per batch, configs/grpo.yaml).
-OBJECTIVE_FOLLOWS_RECIPE: dict[str, str] = {}
-
-
-def test_overlays_set_only_keys_of_their_concern() -> None:
-    """No overlay sets what another concern owns, so none undoes another (issue 14)."""
-    wrong = []
-    for group in (*GROUPS, "rehearsal", "attention"):
-        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
-            # rehearsal/ and attention/ swap hardware keys (what a CPU, or a node without
-            # flash-attn, cannot run)
-            allowed = "hardware" if group in ("rehearsal", "attention") else group
-            wrong += [
-                f"{group}/{path.name}: {key} ({owner(key)})"
-                for key in keys_set(path)
-                if owner(key) != allowed
-                and not (
-                    group == "objective"
-                    and _raw_value(path, key) == OBJECTIVE_FOLLOWS_RECIPE.get(key)
-                )
-            ]
-    assert wrong == []
-
-
-def _raw_value(path: Path, key: str) -> Any:
-    node: Any = raw_yaml(path)
-    for part in key.split("."):
-        node = node[part]
-    return node
-
-
-def test_base_and_experiments_leave_overlay_concerns_alone() -> None:
-    """grpo.yaml sets recipe keys only (its objective is objective/grpo.yaml); an experiment adds
-    its scale (recipe and task keys) and may pin an objective knob for its model (it then wins
-    over every preset: docs/OBJECTIVES.md), never a model, adapter or hardware fact."""
-    wrong = [
-        f"grpo.yaml: {key}" for key in keys_set(CONFIG_DIR / "grpo.yaml") if owner(key) != "recipe"
-    ]
-    for experiment in experiments():
-        keys = keys_set(CONFIG_DIR / f"{experiment}.yaml")
-        wrong += [
-            f"{experiment}: {key}"
-            for key in keys
-            if owner(key) not in ("recipe", "task", "objective")
-        ]
-    assert wrong == []
-
-
-def test_learning_rate_comes_from_the_model_for_each_adapter() -> None:
-    """One home per (model, adapter) pair: base_model/X.yaml's model_lr.<kind>, where adapter A
-    picks the kind; adapter=lora32 on model X gives X's LoRA lr, not a fixed one."""
-    kinds = {}
-    for path in sorted((CONFIG_DIR / "adapter").glob("*.yaml")):
-        lr = raw_yaml(path)["actor_rollout_ref"]["actor"]["optim"]["lr"]
-        match = re.fullmatch(r"\$\{model_lr\.(\w+)\}", str(lr))
-        assert match, f"adapter/{path.name} sets lr {lr!r}, not the model's"
-        kinds[path.stem] = match.group(1)
-    assert len(set(kinds.values())) == len(kinds) >= 2
-    for path in sorted((CONFIG_DIR / "base_model").glob("*.yaml")):
-        declared = OmegaConf.load(path).model_lr
-        for adapter, kind in kinds.items():
-            config = compose("countdown_cpu", [f"base_model={path.stem}", f"adapter={adapter}"])
-            assert config.actor_rollout_ref.actor.optim.lr == declared[kind], (path.stem, adapter)
-    lora = compose("countdown_qwen3_4b", ["adapter=lora32", "model_lr.lora=3e-5"])
-    assert lora.actor_rollout_ref.actor.optim.lr == 3e-5
 
 
 def test_layered_summon_is_the_hardwares_and_only_for_lora() -> None:
@@ -522,3 +337,22 @@ def test_cpu_experiments_and_gsm8k_keep_their_lengths() -> None:
     lengths = {e: compose(e).data.max_response_length for e in experiments()}
     assert (lengths["countdown_cpu"], lengths["countdown_smollm2_cpu"]) == (48, 24)
     assert {lengths[e] for e in GPU_EXPERIMENTS if e.startswith("gsm8k")} == {1024}
+
+
+def test_print_config_shows_the_composed_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m rlvr.train.config EXPERIMENT [overrides...]: the whole config, resolved."""
+    from rlvr.train.config import main
+
+    assert main(["countdown_qwen3_4b", "adapter=lora32", "trainer.save_freq=5"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.trainer.save_freq == 5 and printed.actor_rollout_ref.model.lora_rank == 32
+    assert printed.data.train_files == str(
+        CONFIG_DIR.parent / "artifacts/data/countdown/train.parquet"
+    )
+    assert main(["countdown_qwen3_4bb"]) == 2
+    assert "did you mean countdown_qwen3_4b?" in capsys.readouterr().err
+    assert main(["countdown_cpu", "+base_model=tiny"]) == 2
+    assert "write base_model=OPTION without +" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "EXPERIMENT" in capsys.readouterr().out

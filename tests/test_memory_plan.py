@@ -265,3 +265,18 @@ def test_host_ram_is_checked_when_the_gpu_is_unknown() -> None:
     small = Machine("GPU", None, 50 * GIB, "test")
     memory = plan(compose("countdown_qwen3_4b"), small)
     assert memory is not None and memory.problems[0].startswith("host RAM: a node needs ~")
+
+
+def test_a_model_the_table_lacks_is_named_not_planned(capsys: pytest.CaptureFixture[str]) -> None:
+    """A hub model without a row: no plan, and the line says where to add it; a known model
+    (the control) plans, and so does a model override, by its own shape."""
+    from rlvr.planning.memory_plan import unplanned
+
+    unknown = compose("gsm8k_qwen2_5_3b", ["actor_rollout_ref.model.path=org/unknown-7b"])
+    assert plan(unknown) is None
+    assert "rlvr/models/architectures.py" in str(unplanned(unknown))
+    assert unplanned(compose("gsm8k_qwen2_5_3b")) is None
+    assert main(["gsm8k_qwen2_5_3b", "actor_rollout_ref.model.path=org/unknown-7b"]) == 0
+    assert "org/unknown-7b: no local config.json" in capsys.readouterr().out
+    small = plan(compose("gsm8k_qwen2_5_3b", ["base_model=qwen2_5_0_5b_instruct"]))
+    assert small is not None and small.model.startswith("Qwen/Qwen2.5-0.5B-Instruct")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from fake_hub import download, use_cache
 
+from rlvr.models.architectures import (
+    ARCHITECTURES,
+    Architecture,
+    by_hf_id,
+    config_json,
+    miniature,
+)
 from rlvr.preflight.checks import check
 from rlvr.tasks.countdown import prepare
 from rlvr.train.config import compose
@@ -132,21 +141,32 @@ def _fake_disk(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
     monkeypatch.setattr("rlvr.common.disk_full.os.statvfs", lambda _path: _Statvfs(free))
 
 
-# countdown_cpu (8 train rows, batch 2) saving every step of 4 with 2 kept, and a declared
-# Qwen3-4B-sized model (the placeholder model folder has no weights).
+# countdown_cpu (8 train rows, batch 2) saving every step of 4 with 2 kept, and a Qwen3-4B-sized
+# model (the placeholder folder has no weights: its config.json gives the shape).
 QWEN_SIZED = [
     "trainer.total_training_steps=4",
     "trainer.save_freq=1",
     "trainer.max_actor_ckpt_to_keep=2",
-    "+model_facts.parameters=4022468096",
 ]
+
+
+def _shaped(root: Path, arch: Architecture) -> Path:
+    """The placeholder model folder, its config.json declaring ``arch``'s shape."""
+    (root / "artifacts/models/tiny/config.json").write_text(json.dumps(config_json(arch)))
+    return root
+
+
+def _qwen_sized(root: Path) -> Path:
+    arch = by_hf_id("Qwen/Qwen3-4B-Instruct-2507")
+    assert arch is not None
+    return _shaped(root, arch)
 
 
 def test_checkpoint_budget_line(
     ready_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _fake_disk(monkeypatch, 900 * 10**9)
-    assert check(compose("countdown_cpu", QWEN_SIZED, root=ready_root)) == []
+    assert check(compose("countdown_cpu", QWEN_SIZED, root=_qwen_sized(ready_root))) == []
     directory = ready_root.resolve() / "artifacts/checkpoints/countdown_cpu"
     assert (
         f"pre-flight: checkpoints: 2 kept x 64.4 GB = 128.7 GB under {directory} (free 900.0 GB)\n"
@@ -158,7 +178,7 @@ def test_checkpoints_that_do_not_fit_stop_the_launch(
     ready_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_disk(monkeypatch, 100 * 10**9)
-    problems = check(compose("countdown_cpu", QWEN_SIZED, root=ready_root))
+    problems = check(compose("countdown_cpu", QWEN_SIZED, root=_qwen_sized(ready_root)))
     assert len(problems) == 1
     assert "2 checkpoint(s) need 128.7 GB" in problems[0] and "100.0 GB free" in problems[0]
     assert "trainer.max_actor_ckpt_to_keep (now 2)" in problems[0]
@@ -169,10 +189,15 @@ def test_checkpoints_that_do_not_fit_stop_the_launch(
 
 
 def test_a_huge_model_overflows_the_real_filesystem(ready_root: Path) -> None:
-    huge = compose("countdown_cpu", ["+model_facts.parameters=1e15"], root=ready_root)
-    assert any("checkpoint(s) need" in p for p in check(huge))
-    small = compose("countdown_cpu", ["+model_facts.parameters=1000"], root=ready_root)
-    assert check(small) == []
+    tiny = miniature(ARCHITECTURES["qwen2.5-0.5b-instruct"])
+    huge = dataclasses.replace(
+        tiny, num_hidden_layers=10**4, hidden_size=10**5, intermediate_size=10**6
+    )
+    assert any(
+        "checkpoint(s) need" in p
+        for p in check(compose("countdown_cpu", root=_shaped(ready_root, huge)))
+    )
+    assert check(compose("countdown_cpu", root=_shaped(ready_root, tiny))) == []
 
 
 def test_unknown_parameter_count_only_warns(
@@ -182,3 +207,16 @@ def test_unknown_parameter_count_only_warns(
     captured = capsys.readouterr()
     assert "checkpoints: 1 kept x ? B = ?" in captured.out
     assert "pre-flight: warning: parameter count unknown" in captured.err
+
+
+@pytest.mark.parametrize(("lr", "warned"), [("1e-6", True), ("1e-4", False)])
+def test_lora_at_a_full_fine_tuning_lr_only_warns(
+    ready_root: Path, capsys: pytest.CaptureFixture[str], lr: str, warned: bool
+) -> None:
+    """adapter=lora32 keeps the experiment's lr (the adapter owns none): below 1e-5 pre-flight
+    names the override, and still lets the run start."""
+    overrides = ["adapter=lora32", f"actor_rollout_ref.actor.optim.lr={lr}"]
+    assert check(compose("countdown_cpu", overrides, root=ready_root)) == []
+    err = capsys.readouterr().err
+    assert ("warning: LoRA at lr 1e-06" in err and "optim.lr=1e-4" in err) == warned
+    assert ("LoRA at lr" in err) == warned

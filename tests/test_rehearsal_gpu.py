@@ -114,6 +114,7 @@ def test_gpu_mode_runs_where_cuda_has_the_gpus(
 def test_gpu_plan_passes_verls_own_checks_and_swaps_only_the_model_and_data(
     experiment: str, tmp_path: Path
 ) -> None:
+    from rlvr.planning.checkpoint_budget import model_size
     from rlvr.train.config import compose, validate
 
     plan = rehearsal_gpu.make_gpu_plan(experiment, tmp_path, "grpo")
@@ -121,7 +122,8 @@ def test_gpu_plan_passes_verls_own_checks_and_swaps_only_the_model_and_data(
     validate(config)  # verl 0.6.1's validate_config and rollout config
     real = compose(experiment, ["objective=grpo"])
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert config.model_facts.parameters == 494032768  # the disk budget sizes the small model
+    size = model_size(config)  # the disk budget sizes the small model, not the experiment's
+    assert size is not None and size.parameters == 494032768
     assert config.actor_rollout_ref.rollout.name == "vllm"  # no CPU overlay
     for key in ("trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size"):
         section, name = key.split(".")

@@ -163,7 +163,8 @@ COMMON_OPTIONS = (
     Option(
         "--experiment",
         "sample and grade as this training experiment does: its max_response_length, rollout "
-        "temperature and top_p, chat-template and reward kwargs (default: the task overlay's)",
+        "temperature and top_p, chat-template and reward kwargs (default: the response length "
+        "and reward kwargs of the task's default experiment)",
     ),
     Option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
     Option(

@@ -76,10 +76,21 @@ def _json_object(value: object) -> JSONDict:
 
 
 def overlay_settings(task: TaskSpec) -> RunSettings:
-    """The task overlay's settings: eval's defaults without ``--experiment``."""
+    """Eval's defaults without ``--experiment``: the response length and reward kwargs of the
+    task's overlay, or, where the overlay holds mechanics only (configs/task/: the experiments
+    state those knobs), of the task's default experiment; no template kwargs or sampling."""
     from omegaconf import OmegaConf
 
-    return from_config(OmegaConf.load(task.overlay), str(task.overlay))
+    raw = OmegaConf.load(task.overlay)
+    if OmegaConf.select(raw, "data.max_response_length", default=None) is not None:
+        return from_config(raw, str(task.overlay))
+    default = experiment_settings(task.default_experiment, task)
+    return RunSettings(
+        origin=f"--experiment {task.default_experiment} (the task's default)",
+        max_response_length=default.max_response_length,
+        reward_kwargs=default.reward_kwargs,
+        template_kwargs={},
+    )
 
 
 def experiment_settings(

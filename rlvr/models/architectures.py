@@ -12,8 +12,13 @@ table. Import cost: the standard library only; ``transformers`` is imported on d
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+# This file: where a model the table lacks gets its row (pre-flight's warnings name it).
+TABLE = "rlvr/models/architectures.py"
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,30 @@ ARCHITECTURES: dict[str, Architecture] = {
 def by_hf_id(hf_id: str) -> Architecture | None:
     """The table's entry for a hub id (``actor_rollout_ref.model.path``), or None."""
     return next((arch for arch in ARCHITECTURES.values() if arch.hf_id == hf_id), None)
+
+
+def for_model_path(path: str) -> tuple[Architecture, str] | None:
+    """The shape of ``actor_rollout_ref.model.path``, with where it came from: a local folder's
+    config.json, else the table's row for a hub id; None when neither knows it (a config.json
+    missing a field, or a model type the formulas do not know). Keyed by the path itself, so a
+    command-line model override sizes the new model, never the experiment's."""
+    declared = Path(path).expanduser() / "config.json"
+    if declared.is_file():
+        try:
+            arch = from_config_json(json.loads(declared.read_text()), path)
+            parameter_count(arch)  # ValueError: a model type the formulas do not know
+        except (KeyError, TypeError, ValueError):
+            return None
+        return arch, str(declared)
+    known = by_hf_id(path)
+    return None if known is None else (known, TABLE)
+
+
+def config_json(arch: Architecture) -> dict[str, Any]:
+    """The config.json fields ``from_config_json`` reads back into ``arch`` (tests, fixtures)."""
+    fields = dataclasses.asdict(arch)
+    fields.pop("hf_id")
+    return fields
 
 
 def from_config_json(declared: dict[str, Any], name: str) -> Architecture:

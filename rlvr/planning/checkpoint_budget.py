@@ -30,6 +30,12 @@ from typing import Any
 from rlvr.common.disk_full import free_bytes
 from rlvr.common.disk_full import human_bytes as human  # preflight imports it from here
 from rlvr.common.files import read_safetensors_header
+from rlvr.models.architectures import (
+    TABLE,
+    for_model_path,
+    lora_parameters_per_rank,
+    parameter_count,
+)
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 # After a LoRA run, rlvr.train.lora_merge writes every kept checkpoint's actor/huggingface as
@@ -104,17 +110,17 @@ def safetensors_size(folder: Path) -> ModelSize | None:
 
 
 def model_size(config: Any) -> ModelSize | None:
-    """A local folder's headers, else the ``model_facts`` the base_model overlay declares."""
-    folder = Path(str(config.actor_rollout_ref.model.path)).expanduser()
+    """A local folder's safetensors headers, else the shape its config.json or the architectures
+    table gives (rlvr/models/architectures.py), keyed by the model path the config holds now."""
+    path = str(config.actor_rollout_ref.model.path)
+    folder = Path(path).expanduser()
     if folder.is_dir() and (size := safetensors_size(folder)) is not None:
         return size
-    facts = config.get("model_facts") or {}
-    if facts.get("parameters"):
-        per_rank = facts.get("lora_params_per_rank")
-        return ModelSize(
-            int(facts["parameters"]), None if per_rank is None else int(per_rank), "model_facts"
-        )
-    return None
+    found = for_model_path(path)
+    if found is None:
+        return None
+    arch, source = found
+    return ModelSize(parameter_count(arch), lora_parameters_per_rank(arch), source)
 
 
 def train_rows(config: Any) -> int | None:
@@ -249,8 +255,8 @@ def estimate(config: Any) -> Budget:
     if size is None:
         budget.warnings.append(
             f"parameter count unknown for {config.actor_rollout_ref.model.path} (no local "
-            "safetensors, no model_facts.parameters in its base_model overlay): checkpoint "
-            "size not checked"
+            f"safetensors or config.json, no row in {TABLE}'s _ROWS: add one): checkpoint size not "
+            "checked"
         )
         return budget
     budget.per_checkpoint, warnings = checkpoint_bytes(config, size)

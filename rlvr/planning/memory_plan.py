@@ -14,18 +14,15 @@ has; without one, the one the hardware overlay declares (``hardware_facts``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from rlvr.models.architectures import (
+    TABLE,
     Architecture,
-    by_hf_id,
-    from_config_json,
+    for_model_path,
     lora_parameters_per_rank,
-    parameter_count,
 )
 from rlvr.planning import memory_model as mm
 from rlvr.planning.checkpoint_budget import DTYPE_BYTES, lora_rank, shard_size, world_size
@@ -80,17 +77,7 @@ class MemoryPlan:
 
 def architecture(config: Any) -> tuple[Architecture, str] | None:
     """The model's shape: a local folder's config.json, else the table's row for a hub id."""
-    path = str(config.actor_rollout_ref.model.path)
-    declared = Path(path).expanduser() / "config.json"
-    if declared.is_file():
-        try:
-            arch = from_config_json(json.loads(declared.read_text()), path)
-            parameter_count(arch)  # ValueError: a model type the formulas do not know
-            return arch, str(declared)
-        except (KeyError, TypeError, ValueError):
-            return None
-    known = by_hf_id(path)
-    return None if known is None else (known, "rlvr/models/architectures.py")
+    return for_model_path(str(config.actor_rollout_ref.model.path))
 
 
 def _micro_batch(
@@ -307,6 +294,14 @@ def _gpu_problem(arch: Architecture, run: RunShape, gpu: Machine, over: list[Pha
     return f"GPU memory over the {_gib(gpu.gpu_bytes or 0)} of the {gpu.gpu}: " + "; ".join(said)
 
 
+def unplanned(config: Any) -> str | None:
+    """Why a GPU run has no plan: its model's shape is unknown (None: it is known, or a CPU run)."""
+    if config.actor_rollout_ref.rollout.name != "vllm" or architecture(config) is not None:
+        return None
+    path = config.actor_rollout_ref.model.path
+    return f"{path}: no local config.json and no row in {TABLE}'s _ROWS (add one)"
+
+
 def plan(config: Any, on: Machine | None = None) -> MemoryPlan | None:
     """The memory plan of a GPU run; None for the CPU path (the HF rollout) or an unknown shape."""
     if config.actor_rollout_ref.rollout.name != "vllm":
@@ -373,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         here = Machine("GPU" if args.gpu_gib else here.gpu, gpu, host, "given on the command line")
     result = plan(config, here)
     if result is None:
-        print(f"memory plan: {args.experiment}: nothing to plan (a CPU run, or an unknown model)")
+        why = unplanned(config) or "a CPU run (the HF rollout)"
+        print(f"memory plan: {args.experiment}: nothing to plan: {why}")
         return 0
     print("\n".join(result.lines()))
     for problem in result.problems:

@@ -248,7 +248,7 @@ def _memory_problems(config: Any) -> list[str]:
     """Print the GPU run's memory table (rlvr/planning/memory_plan.py). A plan that cannot fit
     the GPU this machine has (or the one the hardware overlay declares) is an estimate, not a
     fact: one warning line, and the run goes on; a problem only with ``RLVR_STRICT_MEMORY=1``."""
-    from rlvr.planning.memory_plan import plan
+    from rlvr.planning.memory_plan import plan, unplanned
 
     try:
         strict = strict_memory()
@@ -260,6 +260,8 @@ def _memory_problems(config: Any) -> list[str]:
         print(f"pre-flight: warning: memory not planned: {first_line(exc)}", file=sys.stderr)
         return []
     if memory is None:
+        if (why := unplanned(config)) is not None:
+            print(f"pre-flight: warning: memory not planned: {why}", file=sys.stderr)
         return []
     for line in memory.lines():
         print(f"pre-flight: {line}")
@@ -279,6 +281,19 @@ def _memory_problems(config: Any) -> list[str]:
     return []
 
 
+def _warn_lora_lr(config: Any) -> None:
+    """The lr is the experiment's, not the adapter's: adapter=lora32 on a full fine-tuning recipe
+    keeps its ~1e-6, where LoRA barely moves (its recipes here run at 1e-4)."""
+    actor = config.actor_rollout_ref
+    lr = float(actor.actor.optim.lr)
+    if int(actor.model.get("lora_rank") or 0) > 0 and lr < 1e-5:
+        print(
+            f"pre-flight: warning: LoRA at lr {lr:g}, a full fine-tuning rate; LoRA's recipes "
+            "run at 1e-4: actor_rollout_ref.actor.optim.lr=1e-4",
+            file=sys.stderr,
+        )
+
+
 def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     """Problems with a composed config, as messages; empty when it is ready to launch."""
     try:
@@ -296,6 +311,7 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     problems += numeric or verl_problems(config)  # verl's own messages once ours are clear
     problems += _gpu_problems(config, visible_gpus)
     if not numeric:
+        _warn_lora_lr(config)
         problems += _memory_problems(config)
     problems += _overlong_buffer_problems(config)
     problems += _reward_problems(config, task)

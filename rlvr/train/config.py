@@ -2,6 +2,9 @@
 
 ``compose_checked`` turns Hydra's 50-line tracebacks for an unknown experiment, a misspelled key
 or group option, or a malformed override into one line that names it and the closest valid name.
+
+Print an experiment's whole composed config, overrides applied and paths filled in:
+    uv run python -m rlvr.train.config EXPERIMENT [hydra overrides...]
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import copy
 import difflib
 import hashlib
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +200,13 @@ def _translate(exc: Exception, experiment: str, root: str | Path | None) -> Conf
     if appended:
         key = appended.group(1)
         return ConfigError(f"override +{key}: {key} already exists; write {key}=VALUE without +")
+    doubled = re.search(r"Multiple values for (\w+)\.", message)
+    if doubled:  # +group=option where the experiment already lists the group (base_model: null)
+        group = doubled.group(1)
+        return ConfigError(
+            f"override +{group}=...: {experiment} already lists {group}; "
+            f"write {group}=OPTION without +"
+        )
     return ConfigError(f"{experiment}: {first_line(exc)}")
 
 
@@ -214,24 +225,35 @@ def compose_checked(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rlvr.train.config EXPERIMENT [overrides...]``: print the composed config
-    (``scripts/train.sh EXPERIMENT --print_config``); exit 2, one line, if it does not compose."""
-    import sys
+    """Print the composed config as YAML, every interpolation resolved (``paths.root`` is this
+    checkout unless an override sets it); a bad experiment or override is one line, exit 2."""
+    import argparse
 
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(main.__doc__)
-        return 0 if args else 2
+    parser = argparse.ArgumentParser(
+        prog="python -m rlvr.train.config",
+        description="Print an experiment's whole composed config (what bash scripts/train.sh "
+        "EXPERIMENT runs), with the overrides applied and every path filled in.",
+        epilog="e.g. python -m rlvr.train.config countdown_qwen3_4b adapter=lora32 "
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+    )
+    parser.add_argument("experiment", help="a configs/*.yaml name: " + ", ".join(experiments()))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (KEY=VALUE, group=option)")
+    parser.add_argument("--unresolved", action="store_true", help="keep ${...} interpolations")
+    args = parser.parse_args(argv)
     try:
-        config = compose_checked(args[0], args[1:])
+        config = compose_checked(args.experiment, args.overrides)
+        print(OmegaConf.to_yaml(config, resolve=not args.unresolved), end="")
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"config: {exc}", file=sys.stderr)
         return 2
-    print(OmegaConf.to_yaml(config, resolve=True), end="")
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve
+        print(f"config: {args.experiment}: {first_line(exc)}", file=sys.stderr)
+        return 2
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
