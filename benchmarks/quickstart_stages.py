@@ -5,7 +5,8 @@ Usage: uv run python benchmarks/quickstart_stages.py OLD_OUT NEW_OUT
 OLD_OUT and NEW_OUT are two quickstart --out folders (say, `bash scripts/quickstart.sh --out
 /tmp/old` at the old commit and `--out /tmp/new` at the new one, on the same machine). Stage times
 come from each folder's stage_times.jsonl (scripts/stages.sh writes it), the total from
-quickstart_report.json's "seconds" (else the stages' sum); the eval runs' tokens/s from each
+quickstart_report.json's "seconds" (the time up to the report; else the stages' sum); the eval
+runs' tokens/s (generating and grading, model loading excluded) from each
 eval_*/summary.json's "timing". A folder from before these were recorded shows n/a where it
 lacks them. Each row's ratio is new / old: below 1 the new commit spends less time (stages) and
 above 1 it generates faster (tokens/s).

@@ -154,9 +154,8 @@ def timing(args: argparse.Namespace) -> dict[str, object]:
     """Print where the quickstart's time went; the quickstart_report.json keys that say it."""
     path = Path(args.stage_times or Path(args.out) / STAGE_TIMES_FILE)
     times, total = with_outside(read_stage_times(path), float(args.seconds))
-    runs = {"base": args.base, **dict(zip(("sft", "grpo"), args.greedy, strict=True))}
-    runs |= {f"{k}_sampled": v for k, v in zip(("sft", "grpo"), args.sampled, strict=True)}
-    rates = {name: load_summary(run).tokens_per_second for name, run in runs.items()}
+    runs = [args.base, *args.sampled, *args.greedy]  # by folder name, as the benchmark shows them
+    rates = {Path(run).name: load_summary(run).tokens_per_second for run in runs}
     if times:
         print(f"\nstage times ({path}):")
         print("\n".join(stage_table(times, total)))
