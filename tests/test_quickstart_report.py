@@ -128,3 +128,15 @@ def test_without_stage_times_the_report_still_stands(tmp_path: Path) -> None:
     report = json.loads((out / "quickstart_report.json").read_text())
     assert report["stage_seconds"] == [{"stage": "(outside the stages)", "seconds": 60.0,
                                         "share": 1.0, "status": 0}]  # fmt: skip
+
+
+def test_a_damaged_stage_times_file_is_noted_and_the_report_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, argv = quickstart_out(tmp_path, GAIN)
+    (out / "stage_times.jsonl").write_text('{"stage": "cut sho\n')
+    assert load_script().main(argv) == 0
+    report = json.loads((out / "quickstart_report.json").read_text())
+    assert "stage_seconds" not in report and report["sampled_pass1_gain_significant"] is True
+    err = capsys.readouterr().err
+    assert err.startswith("no stage times: ") and "stage_times.jsonl line 1: not a stage" in err
