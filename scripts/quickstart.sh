@@ -169,6 +169,8 @@ if [[ "$DRY_RUN" == 1 ]]; then
     exit 0
 fi
 mkdir -p "$OUT"  # only now: every check above has passed
+# Each stage's wall seconds (stages.sh); not exported: launch_sft.sh's own stages stay out.
+STAGE_TIMES="$OUT/stage_times.jsonl"; export -n STAGE_TIMES; : > "$STAGE_TIMES"
 echo "== 1/7 data: generated Countdown tasks with SFT columns -> $DATA"
 stage "${PY[@]}" scripts/data_prep_countdown.py "${DATA_ARGS[@]}" \
     --train_size 1024 --test_size "$EVAL_PROMPTS" --local_dir "$DATA" > "$OUT/data_prep.log"

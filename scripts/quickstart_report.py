@@ -2,15 +2,18 @@
 
 Usage: uv run scripts/quickstart_report.py --out DIR --greedy SFT GRPO --sampled SFT GRPO
            --base BASE --metrics RUN/metrics.jsonl --run RUN [--probe RUN] [--experiment NAME]
-           [--steps N] [--seconds S]
+           [--steps N] [--seconds S] [--stage_times FILE]
 
 The headline is sampled pass@1 (correct answers) of the GRPO model against the SFT model it
 started from, paired over prompts (per-prompt mean after minus before; Student t 95% interval,
 rlvr/evaluation/paired.py); greedy pass@1 and format rate beside it. SFT's own gain (the SFT
 model against the base model, sampled) is reported separately. Runs on different prompts or with
 different sampling are refused (exit code 2). Builds the GRPO run's report (RUN/report.md, its
-alarms: docs/REPORT.md) and prints its verdict; writes DIR/reward_curve.png and
-DIR/quickstart_report.json (sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired, ...).
+alarms: docs/REPORT.md; near its top a "Held-out change" section: these intervals and whether
+they exclude zero) and prints its verdict; prints the stage times scripts/stages.sh recorded
+(DIR/stage_times.jsonl: seconds and share of the total); writes DIR/reward_curve.png and
+DIR/quickstart_report.json (sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired,
+held_out_verdict, stage_seconds, eval_tokens_per_second, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
 from rlvr.report import ReportError, build
 from rlvr.report.curves import plot_reward_curve
+from rlvr.report.held_out import held_out_section, verdict
+from rlvr.report.stage_times import (
+    STAGE_TIMES_FILE,
+    read_stage_times,
+    stage_rows,
+    stage_table,
+    with_outside,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--experiment", default="", help="the GRPO experiment (recorded)")
     add("--steps", type=int, default=0, help="GRPO steps trained (recorded)")
     add("--seconds", type=int, default=0, help="wall time so far (recorded)")
+    add("--stage_times", help=f"scripts/stages.sh's stage times (default: OUT/{STAGE_TIMES_FILE})")
     return parser
 
 
@@ -132,9 +144,35 @@ def report_json(
     }
 
 
-def run_alarms(run: str) -> list[str]:
-    """Build the GRPO run's report (report.md, figures) and print its verdict; the fired keys."""
-    report = build(run)
+def held_out(deltas: dict[str, list[PairedDelta]], sampling: str) -> list[str]:
+    """report.md's "Held-out change" section: sampled and greedy pass@1, SFT -> GRPO."""
+    success = _by_part(deltas["sampled"])["success"]
+    return held_out_section(success, _by_part(deltas["greedy"])["success"], "SFT", "GRPO", sampling)
+
+
+def timing(args: argparse.Namespace) -> dict[str, object]:
+    """Print where the quickstart's time went; the quickstart_report.json keys that say it."""
+    path = Path(args.stage_times or Path(args.out) / STAGE_TIMES_FILE)
+    times, total = with_outside(read_stage_times(path), float(args.seconds))
+    runs = [args.base, *args.sampled, *args.greedy]  # by folder name, as the benchmark shows them
+    rates = {Path(run).name: load_summary(run).tokens_per_second for run in runs}
+    if times:
+        print(f"\nstage times ({path}):")
+        print("\n".join(stage_table(times, total)))
+    known = {name: rate for name, rate in rates.items() if rate is not None}
+    if known:
+        print("eval tokens/s: " + ", ".join(f"{k} {v:,.1f}" for k, v in known.items()))
+    return {
+        "stage_seconds": stage_rows(times, total),
+        "stage_seconds_total": round(total, 3),
+        "eval_tokens_per_second": rates,
+    }
+
+
+def run_alarms(run: str, preamble: list[str]) -> list[str]:
+    """Build the GRPO run's report (report.md with ``preamble`` near its top, figures) and print
+    its verdict; the fired keys."""
+    report = build(run, preamble=preamble)
     fired = report.fired
     if fired:
         print(f"\nrun report: {len(fired)} alarm(s) fired ({report.path})")
@@ -165,8 +203,10 @@ def write_report(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report_table(deltas["greedy"], deltas["sampled"], deltas["sft"], args.sampled[1]))
+    headline = verdict("sampled pass@1", _by_part(deltas["sampled"])["success"].interval, "GRPO")
+    print(headline)
     try:
-        alarms_fired = run_alarms(args.run)
+        alarms_fired = run_alarms(args.run, held_out(deltas, _sampling_note(args.sampled[1])))
     except ReportError as exc:
         print(f"error: report: {exc}", file=sys.stderr)
         return 2
@@ -176,9 +216,14 @@ def write_report(args: argparse.Namespace) -> int:
         print(f"reward curve: {curve}")
     except ValueError as exc:  # no training step logged: report the evals anyway
         print(f"no reward curve: {exc}", file=sys.stderr)
-    write_json_atomic(
-        out / "quickstart_report.json", report_json(args, deltas, curve, alarms_fired)
-    )
+    try:
+        timed = timing(args)
+    except ValueError as exc:  # a damaged stage_times.jsonl: the report stands without it
+        print(f"no stage times: {exc}", file=sys.stderr)
+        timed = {}
+    summary = report_json(args, deltas, curve, alarms_fired)
+    summary |= {"held_out_verdict": headline, **timed}
+    write_json_atomic(out / "quickstart_report.json", summary)
     print(f"report: {out / 'quickstart_report.json'}")
     return 0
 

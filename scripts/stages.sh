@@ -36,7 +36,27 @@ stop_on_signals() {  # SCRIPT: the name the stop line starts with
         trap "stop_stage '$1' $name" "$name"
     done
 }
+# With STAGE_TIMES set to a file, each stage that ends appends a JSON line {"stage": LABEL,
+# "seconds": wall seconds, "status": its exit status} (the quickstart's report reads them).
+# LABEL: the first script (*.py, *.sh) or `-m` module the command runs, and the last folder
+# given to --output, if any (eval runs differ only there); quotes and backslashes become _.
+stage_label() {  # COMMAND...
+    local arg prev="" name="" output=""
+    for arg in "$@"; do
+        if [[ -z "$name" && ( "$arg" == *.py || "$arg" == *.sh || "$prev" == -m ) ]]; then
+            name="${arg##*/}"
+            name="${name%.py}"
+            name="${name%.sh}"
+        fi
+        [[ "$prev" != --output ]] || output="${arg%/}"
+        prev="$arg"
+    done
+    local label="${name:-${1##*/}}${output:+ ${output##*/}}"
+    label="${label//\"/_}"
+    echo "${label//\\/_}"
+}
 stage() {  # COMMAND...: run it as a stage; its exit status is the stage's
+    local started="${EPOCHREALTIME/./}"  # microseconds (bash 5)
     STAGE_BEFORE="${!:-}"
     STAGE_STARTING=1
     "$@" &
@@ -45,5 +65,12 @@ stage() {  # COMMAND...: run it as a stage; its exit status is the stage's
     local status=0
     wait "$STAGE_PID" || status=$?
     STAGE_PID=""
+    if [[ -n "${STAGE_TIMES:-}" ]]; then  # a stage stopped by a signal is not recorded
+        local us=$(( ${EPOCHREALTIME/./} - started ))
+        # A failed write only warns: a run is not stopped for its timing.
+        printf '{"stage": "%s", "seconds": %d.%06d, "status": %d}\n' "$(stage_label "$@")" \
+            $((us / 1000000)) $((us % 1000000)) "$status" >> "$STAGE_TIMES" \
+            || echo "stage: could not record its time in $STAGE_TIMES" >&3
+    fi
     return "$status"
 }

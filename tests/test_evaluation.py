@@ -269,6 +269,22 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     assert "same prompts" not in table
 
 
+def test_a_run_records_its_wall_time_and_tokens(tmp_path: Path, countdown_data, tiny_tokenizer):
+    """summary.json's "timing": the run's wall seconds and the tokens it generated (the sum of
+    samples.jsonl's response_tokens), so tokens/s can be computed; not a metric."""
+    run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
+    summary = evaluation.run_passk(run, evaluation.load_rows(countdown_data), SAMPLED, [1])
+    timing = json.loads((run.output_dir / "summary.json").read_text())["timing"]
+    samples = _read_jsonl(run.output_dir / "samples.jsonl")
+    assert timing["generated_tokens"] == sum(s["response_tokens"] for s in samples) > 0
+    assert timing["generation_seconds"] == run.generation_seconds > 0
+    assert "timing" not in summary.metrics and "generation_seconds" not in summary.metrics
+    assert summary.tokens_per_second == timing["generated_tokens"] / timing["generation_seconds"]
+    assert records.load_summary(run.output_dir) == summary
+    stopped = summary.timed(0.0, [])  # a zero time gives no rate, not a division by zero
+    assert stopped.tokens_per_second is None and stopped.extra["timing"]["generated_tokens"] == 0
+
+
 # A summary.json and a prompts.jsonl line as earlier versions wrote them.
 OLD_SUMMARY = {
     "command": "analyse", "task": "countdown", "model": "/m/global_step_4/actor/huggingface",
@@ -294,6 +310,7 @@ def test_old_run_folders_still_load(tmp_path: Path) -> None:
     summary = records.load_summary(tmp_path)
     assert summary.to_json() == OLD_SUMMARY and list(summary.to_json()) == list(OLD_SUMMARY)
     assert summary.header.sampling["n"] == 4 and summary.metrics["mean_token_entropy"] is None
+    assert summary.tokens_per_second is None  # written before the timing was recorded
     assert summary.verdict is not None and summary.verdict.checks["variance > 0.05"]
     assert "mean token entropy" not in reports.summary_markdown(summary)
     assert "| pass@1 | 25.00% | 25.00% | +0.00 pt |" in reports.compare_markdown(summary, summary)

@@ -55,6 +55,18 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
     png = out / "reward_curve.png"
     assert report["reward_curve"] == str(png) and f"reward curve: {png}" in output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # where the time went (scripts/stages.sh), and the held-out change atop the run's report.md
+    lines = (out / "stage_times.jsonl").read_text().splitlines()
+    stages = [json.loads(line)["stage"] for line in lines]
+    assert stages[:4] == ["data_prep_countdown", "build_model", "eval_countdown eval_base_sampled",
+                          "launch_sft"]  # fmt: skip
+    assert stages[-3:] == ["eval_countdown eval_grpo_sampled", "eval_countdown eval_grpo",
+                           "quickstart_report"]  # fmt: skip
+    assert [row["stage"] for row in report["stage_seconds"]][: len(stages) - 1] == stages[:-1]
+    assert "| eval_countdown eval_grpo |" in output and report["stage_seconds_total"] > 0
+    assert report["eval_tokens_per_second"]["eval_grpo_sampled"] > 0
+    run_report = (out / "checkpoints/quickstart_tiny/report.md").read_text()
+    assert run_report.index("## Held-out change: SFT -> GRPO") < run_report.index("## Alarms")
 
 
 @pytest.mark.slow

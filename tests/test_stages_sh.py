@@ -6,6 +6,7 @@ runs to its end before bash runs any trap (the negative control)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -85,3 +86,42 @@ wait
     assert time.monotonic() - start < 10
     assert done.returncode == 128 + signal.SIGHUP
     assert done.stderr.strip() == "demo: SIGHUP: stopped the running stage"
+
+
+TIMED = """
+source scripts/stages.sh
+STAGE_TIMES="$TIMES"
+stage "$PYTHON" -c "import time; time.sleep(0.3)" --output "/runs/eval_sft/"
+stage bash -c 'exit 3' scripts/fake.sh || echo "failed with $?"
+unset STAGE_TIMES
+stage "$PYTHON" -m json.tool /dev/null --output /runs/untimed || true
+"""
+
+
+def test_each_stage_records_its_wall_seconds_and_status(tmp_path: Path) -> None:
+    """A stage that ends appends {"stage", "seconds", "status"}, a failed one too (its exit
+    status); without STAGE_TIMES nothing is written (the third stage)."""
+    times = tmp_path / "stage_times.jsonl"
+    env = {**os.environ, "PYTHON": sys.executable, "TIMES": str(times)}
+    done = subprocess.run(
+        ["bash", "-c", TIMED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "failed with 3", done.stderr
+    lines = [json.loads(line) for line in times.read_text().splitlines()]
+    python = Path(sys.executable).name
+    assert [(line["stage"], line["status"]) for line in lines] == [
+        (f"{python} eval_sft", 0),  # no script: the command's name, and its --output folder
+        ("fake", 3),
+    ]
+    assert 0.3 <= lines[0]["seconds"] < 10 and lines[1]["seconds"] < lines[0]["seconds"]
+
+
+def test_a_stage_stopped_by_a_signal_records_no_time(tmp_path: Path) -> None:
+    times = tmp_path / "stage_times.jsonl"
+    pid_file = tmp_path / "pid"
+    env = {**os.environ, "PYTHON": sys.executable, "CHILD": CHILD, "PID_FILE": str(pid_file)}
+    script = SCRIPT.format(run=f"STAGE_TIMES={times}; stage")
+    started, _ = start_and_read_pids(["bash", "-c", script], pid_file, 1, env)
+    os.kill(started.pid, signal.SIGTERM)
+    started.communicate(timeout=30)
+    assert started.returncode == 128 + signal.SIGTERM and not times.exists()

@@ -15,8 +15,8 @@ summary from any earlier version loads and a bad one fails in one line.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -38,6 +38,9 @@ JSONDict: TypeAlias = dict[str, JsonValue]
 ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
 R = TypeVar("R")
 FINGERPRINT_KEYS = ("prompts_sha256", "rendered_sha256")  # RunHeader's, optional
+# summary.json's {"generation_seconds", "generated_tokens"}: an object, so not a metric, and
+# absent from runs written before it was recorded.
+TIMING_KEY = "timing"
 
 
 def jsonable(value: object) -> JSONValue:
@@ -269,6 +272,23 @@ class Summary:
         if self.recommendations is not None:
             flat[RECOMMENDATIONS_KEY] = self.recommendations.to_json()
         return {**flat, **self.extra}
+
+    def timed(self, seconds: float, graded: Sequence[Sequence[GradedSample]]) -> Summary:
+        """This summary with its run's wall seconds and the tokens it generated (``TIMING_KEY``)."""
+        tokens = sum(sample.response_tokens for group in graded for sample in group)
+        timing: JSONDict = {"generation_seconds": seconds, "generated_tokens": tokens}
+        return replace(self, extra={**self.extra, TIMING_KEY: timing})
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens generated per wall second of the run; None where it was not recorded."""
+        timing = self.extra.get(TIMING_KEY)
+        if not isinstance(timing, dict):
+            return None
+        seconds, tokens = timing.get("generation_seconds"), timing.get("generated_tokens")
+        if not isinstance(seconds, int | float) or not isinstance(tokens, int) or seconds <= 0:
+            return None
+        return tokens / seconds
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "summary.json") -> Summary:

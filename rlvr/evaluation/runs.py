@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -175,21 +176,21 @@ class EvalRun:
     force: bool = False  # replace an existing output_dir (once the run has completed)
     training: RunSettings | None = None  # what analyse's suggestions are compared with
     generation_eos: list[int] | None = None  # generation_config.json's eos ids; None: no file
+    generation_seconds: float = 0.0  # sample_and_grade's wall time: the summary's "timing"
 
     def sample_and_grade(
         self, rows: Sequence[Row], sampling: SamplingSettings, folder: Path
     ) -> list[list[GradedSample]]:
-        """Generate ``sampling.n`` responses per row and grade each one.
-
-        Every graded sample is appended to ``folder/samples.jsonl`` (a new file) as its chunk
-        finishes.
-        """
+        """Generate ``sampling.n`` responses per row and grade each one, appending each chunk's
+        samples to ``folder/samples.jsonl`` (a new file) as it finishes; the wall time of it all
+        (generating, grading, writing) is kept in ``generation_seconds``."""
         from tqdm import tqdm
 
         check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
         model_checks.require_chat_template(tokenizer_of(self.backend), self.template_kwargs)
         grader = Grader(self.task.load_reward(), self.task.load_answer_key())
         graded: list[list[GradedSample]] = []
+        started = time.perf_counter()
         with (
             open(folder / "samples.jsonl", "x") as samples_file,
             tqdm(
@@ -209,6 +210,7 @@ class EvalRun:
                 samples_file.flush()
                 graded += groups
                 bar.update(len(chunk))
+        self.generation_seconds = time.perf_counter() - started
         return graded
 
     def _grade_chunk(
@@ -302,9 +304,10 @@ def check_analyse(n: int) -> None:
         raise EvalError("--n (or --rollout_n) must be at least 2: variance needs a group")
 
 
-def write_summary(folder: Path, summary: Summary) -> None:
+def write_summary(folder: Path, summary: Summary) -> Summary:
     write_json_atomic(folder / "summary.json", summary.to_json())
     write_text_atomic(folder / "summary.md", summary_markdown(summary))
+    return summary
 
 
 def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
@@ -313,7 +316,7 @@ def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) ->
     with staged_run_dir(run.output_dir, run.force) as folder:
         graded = run.sample_and_grade(rows, sampling, folder)
         summary = Summary(run.header("reward", sampling, rows), response_summary(graded))
-        write_summary(folder, summary)
+        summary = write_summary(folder, summary.timed(run.generation_seconds, graded))
     return summary
 
 
@@ -350,7 +353,7 @@ def run_passk(
             run.header("passk", sampling, rows),
             {**response_summary(graded), **metrics.passk_summary(successes, n, ks), **majk},
         )
-        write_summary(folder, summary)
+        summary = write_summary(folder, summary.timed(run.generation_seconds, graded))
     return summary
 
 
@@ -392,5 +395,5 @@ def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -
                 ),
             ),
         )
-        write_summary(folder, summary)
+        summary = write_summary(folder, summary.timed(run.generation_seconds, graded))
     return summary

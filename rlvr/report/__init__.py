@@ -9,6 +9,7 @@ line report.md opens with). docs/REPORT.md explains each alarm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +43,13 @@ def build(
     out_dir: Path | str | None = None,
     task: TaskSpec | None = None,
     cache: RolloutCache | None = None,
+    preamble: Sequence[str] = (),
 ) -> Report:
     """Read the run in ``run_dir``, write report.md and the PNGs to ``out_dir`` (default: the run
     folder), each file atomically. Raises ReportError (one line) on input it cannot read;
     ``task`` overrides the task read from the run; ``cache`` keeps parsed rollout dumps between
-    calls (``--follow``)."""
+    calls (``--follow``); ``preamble``: Markdown lines placed after the header (the quickstart's
+    held-out change, ``held_out.py``)."""
     run = Path(run_dir)
     records = load_run(run, task, cache)
     alarms = run_checks(records)
@@ -56,7 +59,7 @@ def build(
         raise ReportError(problem)
     figures = draw_figures(records, [a for a in alarms if a.fired], out, run.resolve().name)
     path = out / REPORT_FILE
-    write_text_atomic(path, render(records, alarms, figures, out))
+    write_text_atomic(path, render(records, alarms, figures, out, preamble))
     return Report(path, figures, alarms, records)
 
 

@@ -37,14 +37,20 @@ def _cell(value: float) -> str:
 
 
 def render(
-    records: RunRecords, alarms: Sequence[Alarm], figures: Mapping[str, Path], out_dir: Path
+    records: RunRecords,
+    alarms: Sequence[Alarm],
+    figures: Mapping[str, Path],
+    out_dir: Path,
+    preamble: Sequence[str] = (),
 ) -> str:
+    """report.md; ``preamble`` (Markdown lines) goes after the header, before the alarms."""
     name = records.run_dir.resolve().name
     fired = [alarm for alarm in alarms if alarm.fired]
     lines = [f"# Run report: {name}", ""]
     if records.status:
         lines += [f"**Status: {records.status}.**", ""]
     lines += [*_header(records), ""]
+    lines += preamble
     lines += [f"## Alarms: {len(fired)} of {len(alarms)} fired", ""]
     order = {checks.FIRED: 0, checks.OK: 1, checks.NO_DATA: 2}
     for alarm in sorted(alarms, key=lambda alarm: order.get(alarm.status, 3)):
