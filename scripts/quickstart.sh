@@ -14,7 +14,6 @@
 #   countdown_qwen3_4b on 8 or more, countdown_qwen2_5_3b_lora_1gpu on 1 to 7; checkpoints go
 #   to that recipe's own folder (auto-resume on), no eval follows; --model and --out are refused.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/ensure_uv.sh"  # uv and the locked environment, first
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
 STEPS=""
@@ -53,6 +52,8 @@ if [[ "$DRY_RUN" == 0 ]]; then
     PROBE="$(mktemp -d "$PARENT/.quickstart-write-check-XXXXXX" 2>/dev/null)" && rmdir "$PROBE" \
         || { echo "--out $OUT: cannot write in $PARENT" >&2; exit 2; }
 fi
+# uv (installed when missing) and the locked environment, once the arguments are known good.
+source "$ROOT/scripts/lib/ensure_uv.sh"
 cd "$ROOT"
 PY=(uv run --no-sync python)
 START=$SECONDS
@@ -103,7 +104,7 @@ if [[ "$GPUS" -gt 0 ]]; then
         "${PY[@]}" - "$EXPERIMENT" "${STEPS:-4}" <<'PLAN'
 import sys
 from rlvr.tasks.countdown import HUB_DATASET
-from rlvr.train.config import compose
+from rlvr.config.compose import compose
 experiment, steps = sys.argv[1], sys.argv[2]
 config = compose(experiment, [f"trainer.total_training_steps={steps}"])
 folder, resume = config.trainer.default_local_dir, config.trainer.resume_mode

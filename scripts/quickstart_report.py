@@ -26,11 +26,11 @@ from rlvr.common.cli import docstring_parser
 from rlvr.common.disk_full import report_disk_full
 from rlvr.common.files import write_json_atomic
 from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation.held_out import held_out_section, verdict
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
 from rlvr.report import ReportError, build
 from rlvr.report.curves import plot_reward_curve
-from rlvr.report.held_out import held_out_section, verdict
 from rlvr.report.stage_times import (
     STAGE_TIMES_FILE,
     read_stage_times,

@@ -45,7 +45,7 @@ set -- ${OVERRIDES[@]+"${OVERRIDES[@]}"}
 cd "$ROOT"
 if [[ "$PRINT_CONFIG" == 1 ]]; then
     # The whole composed config, as the trainer will get it; nothing runs.
-    exec uv run --no-sync python -m rlvr.train.config "$EXPERIMENT" "$@"
+    exec uv run --no-sync python -m rlvr.config.compose "$EXPERIMENT" "$@"
 fi
 # The project's interpreter, run directly: a driver started by `uv run` makes Ray 2.52 record
 # this node's uv command as every worker's executable, which other nodes may not have.

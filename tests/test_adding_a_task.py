@@ -239,7 +239,7 @@ def test_the_task_registers_composes_and_passes_preflight(
     assert f"{TASK}: Parity" in listed.stdout, listed.stderr
     composed = _python(
         copy, "-c",
-        "from rlvr import tasks; from rlvr.train.config import compose, validate\n"
+        "from rlvr import tasks; from rlvr.config.compose import compose, validate\n"
         f"config = compose({EXPERIMENT!r}); validate(config)\n"
         "print('task', tasks.for_config(config).name, config.custom_reward_function.path)",
     )  # fmt: skip
@@ -279,7 +279,7 @@ def test_preflight_refuses_another_tasks_data(
 
 RECOMPOSE = f"""
 from pathlib import Path
-from rlvr.train import config as c
+from rlvr.config import compose as c
 overlay = c.CONFIG_DIR / "task" / "{TASK}.yaml"
 text = overlay.read_text()
 def train_file():

@@ -53,7 +53,7 @@ def test_the_table_agrees_with_the_hand_derived_sizes() -> None:
 
 def test_every_hub_model_of_an_experiment_has_a_row() -> None:
     """Pre-flight sizes disk and memory from the table: a hub model without a row is unplanned."""
-    from rlvr.train.config import compose, experiments
+    from rlvr.config.compose import compose, experiments
 
     for experiment in experiments():
         path = str(compose(experiment).actor_rollout_ref.model.path)

@@ -297,7 +297,7 @@ def test_the_run_plan_records_what_matching_needs_and_stays_as_before_without_it
 def test_plan_fields_from_a_recipe(
     experiment: str, overrides: list[str], expected: tuple[str, str, str]
 ) -> None:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     fields = bands.plan_fields(compose(experiment, overrides))
     assert (fields["model"], fields["task"], fields["answer_protocol"]) == expected

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.train.batching import Batching, batching
-from rlvr.train.config import compose, experiments
+from rlvr.config.batching import Batching, batching
+from rlvr.config.compose import compose, experiments
 
 
 @pytest.mark.parametrize("dynamic", [True, False])

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rlvr.config.compose import compose, experiments
 from rlvr.planning.checkpoint_budget import (
     ModelSize,
     checkpoints_saved,
@@ -17,7 +18,6 @@ from rlvr.planning.checkpoint_budget import (
     safetensors_size,
     training_steps,
 )
-from rlvr.train.config import compose, experiments
 
 QWEN3_4B = 4022468096  # rlvr/models/architectures.py, Qwen/Qwen3-4B-Instruct-2507
 QWEN3_4B_LORA_PER_RANK = 2064384

@@ -151,8 +151,8 @@ def test_dapo_points_get_a_buffer_that_fits_the_cpu_budget() -> None:
     """objective/dapo.yaml's buffer is for 1024 tokens; the benchmark's dapo points carry their
     own, which pre-flight's check accepts, and the other presets carry none (the naive reward
     manager would refuse the key). Negative control: a dapo point without it is refused."""
+    from rlvr.config.compose import compose
     from rlvr.preflight.checks import _overlong_buffer_problems
-    from rlvr.train.config import compose
 
     spec = compare.comparison_spec("t", bench.EXPERIMENT, ["grpo", "dapo"], [1], [])
     grpo, dapo = compare.point_specs(spec, bench.PRESET_OVERRIDES)
@@ -165,8 +165,8 @@ def test_dapo_points_get_a_buffer_that_fits_the_cpu_budget() -> None:
 def test_the_default_comparison_covers_every_preset() -> None:
     """Every objective preset is compared by default, and each default point passes the checks
     the benchmark runs before any run (composition, pre-flight's numbers, verl's own)."""
+    from rlvr.config.compose import objectives
     from rlvr.sweep.runner import checked_points
-    from rlvr.train.config import objectives
 
     presets = bench.PRESETS.split(",")
     assert sorted(presets) == objectives()

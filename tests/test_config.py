@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from rlvr.train.config import CONFIG_DIR, compose, experiments, validate
+from rlvr.config.compose import CONFIG_DIR, compose, experiments, validate
 
 GROUPS = ("task", "base_model", "hardware", "adapter", "objective")
 # objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); base_model/ is a
@@ -254,7 +254,7 @@ def test_two_nodes_wait_out_rank_zeros_hf_model_save() -> None:
 def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
     """compose() caches configs without their root and sets paths.root on the copy: the result,
     resolved, is what Hydra composes with that root itself, for every experiment."""
-    from rlvr.train.config import _compose
+    from rlvr.config.compose import _compose
 
     for experiment in experiments():
         ours = OmegaConf.to_container(compose(experiment, root=tmp_path), resolve=True)
@@ -340,8 +340,8 @@ def test_cpu_experiments_and_gsm8k_keep_their_lengths() -> None:
 
 
 def test_print_config_shows_the_composed_run(capsys: pytest.CaptureFixture[str]) -> None:
-    """python -m rlvr.train.config EXPERIMENT [overrides...]: the whole config, resolved."""
-    from rlvr.train.config import main
+    """python -m rlvr.config.compose EXPERIMENT [overrides...]: the whole config, resolved."""
+    from rlvr.config.compose import main
 
     assert main(["countdown_qwen3_4b", "adapter=lora32", "trainer.save_freq=5"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)

@@ -114,7 +114,7 @@ def test_only_the_cpu_path_has_a_setup_hook() -> None:
     rehearsal's +rehearsal=cpu on a GPU experiment) sets this one."""
     from omegaconf import OmegaConf
 
-    from rlvr.train.config import compose, experiments
+    from rlvr.config.compose import compose, experiments
 
     key = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
     hooks = {name: OmegaConf.select(compose(name), key) for name in experiments()}

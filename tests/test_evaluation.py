@@ -763,8 +763,8 @@ def test_settings_cli_refuses_a_bad_override_in_one_line(
 def test_eval_samples_as_the_experiment_trains(monkeypatch: pytest.MonkeyPatch) -> None:
     """countdown_smollm2_cpu trains on short responses: eval's default max_tokens is that
     experiment's, not the overlay's 2048; an explicit flag still wins."""
+    from rlvr.config.compose import compose
     from rlvr.evaluation import commands
-    from rlvr.train.config import compose
 
     trained = compose("countdown_smollm2_cpu")
     overlay = settings.overlay_settings(tasks.get("countdown"))
@@ -791,8 +791,8 @@ def test_experiment_max_tokens_reaches_the_backend(
     tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, tiny_tokenizer, monkeypatch
 ) -> None:
     """``--experiment countdown_smollm2_cpu``: the generation call gets its response length."""
+    from rlvr.config.compose import compose
     from rlvr.evaluation import generation
-    from rlvr.train.config import compose
 
     seen: list[SamplingSettings] = []
 

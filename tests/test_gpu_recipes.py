@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from rlvr.config.compose import ConfigError, compose_checked
 from rlvr.planning import gpu_recipes
 from rlvr.planning.gpu_recipes import NoRecipeFits, choose, recipe_for
-from rlvr.train.config import ConfigError, compose_checked
 
 EIGHT_GPU = "countdown_qwen3_4b"
 ONE_GPU = "countdown_qwen2_5_3b_lora_1gpu"

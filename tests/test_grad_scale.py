@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.config.compose import compose, experiments
 from rlvr.rehearsal import grad_scale
-from rlvr.train.config import compose, experiments
 
 
 @pytest.mark.parametrize("experiment", experiments())

@@ -15,9 +15,9 @@ import pytest
 import torch
 from fake_hub import FakeHub, download, serve, use_cache
 
+from rlvr.config.compose import compose, experiments
 from rlvr.preflight import hub_cache
 from rlvr.train import launch
-from rlvr.train.config import compose, experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_ID = "Qwen/Qwen3-4B-Instruct-2507"

@@ -193,7 +193,7 @@ def test_no_flash_attn_installs_vllm_only(tmp_path: Path) -> None:
 
 def test_sdpa_overlay_is_the_cpu_paths_attention() -> None:
     """The fallback's overlay composes on every GPU experiment and sets what the CPU path runs."""
-    from rlvr.train.config import compose, experiments, validate
+    from rlvr.config.compose import compose, experiments, validate
 
     for experiment in experiments():
         config = compose(experiment, ["+attention=sdpa"])

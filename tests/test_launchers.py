@@ -119,7 +119,7 @@ def test_the_lora_merge_runs_with_the_users_overrides(monkeypatch: pytest.Monkey
 
 def test_forwarded_values_survive_hydra_parsing() -> None:
     """A quoted override as the launcher writes it composes to the exact value."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     value = "/data/it's here,a=b"
     quoted = value.replace("\\", "\\\\").replace("'", "\\'")

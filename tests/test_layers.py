@@ -9,7 +9,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["common", "data", "tasks", "models", "cpu", "report", "train", "evaluation", "sweep"]
+LAYERS = [
+    "common",
+    "data",
+    "tasks",
+    "models",
+    "config",
+    "cpu",
+    "report",
+    "planning",
+    "preflight",
+    "train",
+    "rehearsal",
+    "evaluation",
+    "sweep",
+]
 
 
 def _rlvr_imports(path: Path) -> set[str]:

@@ -342,7 +342,7 @@ def test_wrong_base_model_is_refused(tmp_path: Path, trained: Any) -> None:
 
 
 def test_lora_experiment_skips_the_peft_keyed_hf_model() -> None:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     lora = compose("countdown_qwen3_4b_lora").actor_rollout_ref.actor.checkpoint
     full = compose("countdown_qwen3_4b").actor_rollout_ref.actor.checkpoint

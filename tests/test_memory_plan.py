@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.config.compose import compose, experiments
 from rlvr.models.architectures import ARCHITECTURES
 from rlvr.planning import memory_model as mm
 from rlvr.planning.memory_plan import Machine, architecture, main, plan, run_shape
 from rlvr.preflight import checks as preflight
-from rlvr.train.config import compose, experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

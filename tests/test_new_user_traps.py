@@ -81,8 +81,8 @@ def test_a_batch_that_fits_the_rows_passes(good: list[str], capsys: pytest.Captu
 
 
 def test_steps_are_counted_as_verl_counts_them(good: list[str]) -> None:
+    from rlvr.config.compose import compose
     from rlvr.preflight.steps import step_count
-    from rlvr.train.config import compose
 
     def steps(*overrides: str) -> int:
         count = step_count(compose("countdown_cpu", [*good, *overrides]))
@@ -111,7 +111,7 @@ def test_another_models_checkpoints_are_not_resumed(
     good: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Another model's step-2 checkpoint in the folder: verl's auto-resume would load it."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     run = tmp_path / "run"
     folder = [f"trainer.default_local_dir={run}"]
@@ -147,9 +147,9 @@ def test_the_trainer_writes_the_identity_pre_flight_reads(
     resume, and refuses a run with another LoRA rank."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+    from rlvr.config.compose import compose
     from rlvr.preflight.run_identity import identity_problems
     from rlvr.train import trainer as recipe
-    from rlvr.train.config import compose
 
     run = tmp_path / "run"
     overrides = [*good, f"trainer.default_local_dir={run}", f"paths.metrics={tmp_path}/m.jsonl"]

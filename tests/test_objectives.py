@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from rlvr.train.config import (
+from rlvr.config.compose import (
     CONFIG_DIR,
     DEFAULT_OBJECTIVE,
     compose,

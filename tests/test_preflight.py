@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fake_hub import download, use_cache
 
+from rlvr.config.compose import compose
 from rlvr.models.architectures import (
     ARCHITECTURES,
     Architecture,
@@ -19,7 +20,6 @@ from rlvr.models.architectures import (
 )
 from rlvr.preflight.checks import check
 from rlvr.tasks.countdown import prepare
-from rlvr.train.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.config.compose import ConfigError, compose, compose_checked
 from rlvr.models.hub import model_path_problem
 from rlvr.preflight import checks as preflight
 from rlvr.preflight.checks import numeric_problems, verl_problems
 from rlvr.preflight.data import data_problems
 from rlvr.preflight.run_identity import write_identity
 from rlvr.tasks import TaskError, TaskSpec
-from rlvr.train.config import ConfigError, compose, compose_checked
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.config.compose import compose
 from rlvr.preflight.ray_cluster import ray_plan
-from rlvr.train.config import compose
 
 
 @pytest.fixture

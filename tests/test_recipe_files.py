@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from rlvr.train.config import CONFIG_DIR, compose, experiments
+from rlvr.config.compose import CONFIG_DIR, compose, experiments
 
 # The overlay groups (configs/<group>/); rehearsal/ and attention/ swap hardware keys.
 GROUPS = ("task", "base_model", "hardware", "adapter", "objective")

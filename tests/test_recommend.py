@@ -281,7 +281,7 @@ def test_recommendations_round_trip_through_summary_json() -> None:
 def test_analyse_prints_and_records_its_recommendations(
     tmp_path: Path, countdown_data_path: Path, tiny_model_dir: Path, capsys
 ) -> None:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     experiment = "countdown_smollm2_cpu"
     trained = compose(experiment)

@@ -191,7 +191,7 @@ wandb.finish()
 def test_gradient_scale_passes_whole_gradients_and_names_a_shrunk_one(
     tiny_model_dir: Path,
 ) -> None:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     good = compose("countdown_qwen3_4b", ["+rehearsal=cpu"])
     assert "world 8: 64 prompts x 16 a batch" in checks.gradient_scale(good, tiny_model_dir, [8])
@@ -260,7 +260,7 @@ def test_checkpoint_bytes_against_the_budget(
 ) -> None:
     """One copy of the sharded state matches a 1-node budget (16 bytes a parameter); a second
     replica's shards, unbudgeted, are caught (negative control)."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     config = compose(
         "countdown_qwen3_4b", ["+rehearsal=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}"]
@@ -280,7 +280,7 @@ def test_actor_state_per_rank_against_the_memory_planner(
 ) -> None:
     """Each rank holding 1/8 of the parameters and AdamW matches the planner at world size 8;
     ranks holding twice that (a sharding the planner missed) are caught (negative control)."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     config = compose(
         "countdown_qwen3_4b", ["+rehearsal=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}"]

@@ -114,8 +114,8 @@ def test_gpu_mode_runs_where_cuda_has_the_gpus(
 def test_gpu_plan_passes_verls_own_checks_and_swaps_only_the_model_and_data(
     experiment: str, tmp_path: Path
 ) -> None:
+    from rlvr.config.compose import compose, validate
     from rlvr.planning.checkpoint_budget import model_size
-    from rlvr.train.config import compose, validate
 
     plan = rehearsal_gpu.make_gpu_plan(experiment, tmp_path, "grpo")
     config = compose(experiment, plan.overrides)
@@ -188,8 +188,8 @@ def test_gpu_processes_left_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
 # The peak-memory check on synthetic metrics: gsm8k_qwen2_5_0_5b_1gpu as the GPU rehearsal
 # composes it, planned for an H100 80GB (the overlay's declared GPU).
 def _setup(tmp_path: Path) -> tuple[Any, Any, rehearsal_peak.CounterView]:
+    from rlvr.config.compose import compose
     from rlvr.planning.memory_plan import Machine
-    from rlvr.train.config import compose
 
     plan = rehearsal_gpu.make_gpu_plan("gsm8k_qwen2_5_0_5b_1gpu", tmp_path, "grpo")
     config = compose(plan.experiment, plan.overrides)

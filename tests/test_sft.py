@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from rewards.countdown import compute_score
+from rlvr.config.compose import ConfigError
 from rlvr.data.prep import DataPrepError, sft_columns
 from rlvr.tasks import countdown, prep_cli
 from rlvr.train import sft_config
-from rlvr.train.config import ConfigError
 
 
 def _sft_data(tmp_path: Path, template: str = "plain", **kwargs: object) -> dict[str, Path]:

@@ -112,8 +112,8 @@ def test_point_overrides_name_group_and_checkpoints(tmp_path: Path) -> None:
 def test_objective_preset_is_a_grid_axis(tmp_path: Path) -> None:
     """``--grid objective=grpo,dapo``: a Hydra group override reaches the launcher as written,
     every point composes (verl's checks included), and run names stay plain folder names."""
+    from rlvr.config.compose import objectives
     from rlvr.sweep.runner import checked_points
-    from rlvr.train.config import objectives
 
     spec = SweepSpec("obj", "countdown_cpu", parse_grid([f"objective={','.join(objectives())}"]))
     points = checked_points(spec)

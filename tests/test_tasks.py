@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from rlvr import tasks
+from rlvr.config.compose import compose, experiments
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.evaluation.settings import overlay_settings
 from rlvr.tasks import TaskSpec, prep_cli
-from rlvr.train.config import compose, experiments
 
 SPECS = tasks.all_specs()
 

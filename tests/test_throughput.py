@@ -149,7 +149,7 @@ def test_the_script_prints_the_throughput_line(
 def test_the_recipe_records_its_gpu_and_settings_and_matches_the_published_entry(
     tmp_path: Path,
 ) -> None:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     fields = bands.plan_fields(compose("gsm8k_qwen2_5_0_5b_1gpu"))
     assert (fields["gpu"], fields["settings"]) == ("H100 80GB", FAST)
@@ -217,7 +217,7 @@ def test_the_gpu_ray_detected_wins_over_the_overlays_declaration(
     resource is recorded, and the run is not set against the H100 entry."""
     import ray
 
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     config = compose("gsm8k_qwen2_5_0_5b_1gpu")
     assert bands.plan_fields(config)["gpu"] == "H100 80GB"  # Ray not up: the declaration

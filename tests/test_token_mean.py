@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from rlvr.config.batching import batching
+from rlvr.config.compose import compose
 from rlvr.rehearsal import grad_scale
-from rlvr.train.batching import batching
-from rlvr.train.config import compose
 from rlvr.train.token_mean import SKIPPED_KEY, TokenMeanActor, micro_batches, token_weights
 
 PROMPT, WIDTH = grad_scale.PROMPT_TOKENS, 24  # prompt tokens, response width

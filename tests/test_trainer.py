@@ -17,10 +17,10 @@ from verl.trainer.main_ppo import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tracking
 
+from rlvr.config.compose import compose
 from rlvr.report.records import read_rollouts
 from rlvr.train import main as entry_point
 from rlvr.train import trainer as recipe
-from rlvr.train.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 

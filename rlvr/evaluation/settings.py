@@ -1,7 +1,7 @@
 """The training settings eval samples and grades with, read from one training config.
 
 With ``--experiment NAME`` that config is the experiment as the launcher composes it
-(``rlvr.train.config.compose``); without one it is the task's overlay
+(``rlvr.config.compose.compose``); without one it is the task's overlay
 (``configs/task/<name>.yaml``): every experiment of the task starts from it, and a task kept
 outside configs/ has one even where its default experiment trains another task. Both are read by
 the same keys, the ones verl's trainer reads:
@@ -99,7 +99,7 @@ def experiment_settings(
     """The settings of a composed training experiment (of ``task``, when given: another task's
     kwargs would grade with the wrong settings)."""
     from rlvr import tasks
-    from rlvr.train.config import ConfigError, compose_checked, experiments
+    from rlvr.config.compose import ConfigError, compose_checked, experiments
 
     if experiment not in experiments():
         raise EvalError(

@@ -231,7 +231,7 @@ def merged_bytes(config: Any, size: ModelSize) -> int:
 
 
 def estimate(config: Any) -> Budget:
-    """The checkpoint budget of a composed config (``rlvr.train.config.compose``).
+    """The checkpoint budget of a composed config (``rlvr.config.compose.compose``).
 
     Checkpoints an earlier run left in the directory are not subtracted: verl's rotation list
     starts empty in every run, so it never deletes them, and ``free`` already excludes them.

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlvr.common.paths import CONFIG_DIR
-from rlvr.train.config import ConfigError, compose_checked
+from rlvr.config.compose import ConfigError, compose_checked
 
 MAX_GPUS = 9999  # what scripts/quickstart.sh's --gpus accepts
 # The candidates, any order: the 8-GPU recipe and the single-GPU LoRA one.

@@ -346,7 +346,7 @@ def _positive(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.train.config import ConfigError, compose_checked
+    from rlvr.config.compose import ConfigError, compose_checked
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", help="an experiment in configs/ (e.g. countdown_qwen3_4b)")

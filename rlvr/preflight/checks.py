@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 from rlvr import tasks
 from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, saved_steps, tracked_step
 from rlvr.common.messages import first_line
+from rlvr.config.batching import batching
 from rlvr.models.hub import model_path_problem
 from rlvr.planning.checkpoint_budget import estimate, human
 from rlvr.preflight import hub_cache
@@ -42,7 +43,6 @@ from rlvr.preflight.ray_cluster import ray_plan
 from rlvr.preflight.run_identity import identity_problems
 from rlvr.preflight.steps import zero_step_problems
 from rlvr.tasks import TaskSpec
-from rlvr.train.batching import batching
 
 MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32
 
@@ -112,7 +112,7 @@ def numeric_problems(config: Any) -> list[str]:
 
 
 def _batch_split_problems(config: Any) -> list[str]:
-    """verl's worker-side split (rlvr/train/batching.py: whole mini batches, even over the
+    """verl's worker-side split (rlvr/config/batching.py: whole mini batches, even over the
     ranks), and ``ppo_micro_batch_size_per_gpu`` dividing the per-rank mini batch."""
     plan = batching(config)
     if found := plan.problems():
@@ -128,9 +128,9 @@ def _batch_split_problems(config: Any) -> list[str]:
 
 
 def verl_problems(config: Any) -> list[str]:
-    """verl's own config checks (``rlvr.train.config.validate``), run now rather than in the
+    """verl's own config checks (``rlvr.config.compose.validate``), run now rather than in the
     driver after Ray starts; its message, one line."""
-    from rlvr.train.config import validate
+    from rlvr.config.compose import validate
 
     try:
         # verl prints a success banner and warns about its profiler: noise around one line
@@ -215,7 +215,7 @@ def _gpu_problems(config: Any, visible_gpus: int | None) -> list[str]:
 
 def _experiments_for(config: Any, gpus: int) -> list[str]:
     """The GPU experiments of the same task that run on one node of ``gpus`` GPUs."""
-    from rlvr.train.config import compose, experiments
+    from rlvr.config.compose import compose, experiments
 
     task = tasks.for_config(config)
     if gpus < 1 or task is None:
@@ -370,7 +370,7 @@ def _checkpoint_problems(config: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.train.config import ConfigError, compose_checked
+    from rlvr.config.compose import ConfigError, compose_checked
 
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):

@@ -78,7 +78,7 @@ def problem(config: Any) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.train.config import ConfigError, compose_checked
+    from rlvr.config.compose import ConfigError, compose_checked
 
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):

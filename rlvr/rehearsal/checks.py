@@ -230,10 +230,10 @@ def loads_strictly(hf_dir: Path, lora_dir: Path | None) -> str:
 
 def gradient_scale(config: Any, model_dir: Path, world_sizes: list[int]) -> str:
     """Each update's gradient is whole: the experiment's batching passes the rules of
-    ``rlvr.train.batching``, and verl's own actor update, with that batching at each world size,
+    ``rlvr.config.batching``, and verl's own actor update, with that batching at each world size,
     gives the gradient norm computed outside verl (``rlvr.rehearsal.grad_scale``)."""
+    from rlvr.config.batching import batching
     from rlvr.rehearsal import grad_scale
-    from rlvr.train.batching import batching
 
     found = []
     for world in dict.fromkeys(world_sizes):

@@ -127,7 +127,7 @@ def cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
 
 def _config(plan: Plan) -> Any:
     """The config the rehearsal's launches compose."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     return compose(plan.experiment, plan.overrides)
 
@@ -173,7 +173,7 @@ def _plan(experiment: str, out: Path, per_node: int | None, objective: str, gpu:
 
 def _note_pinned(plan: Plan) -> None:
     """Say which of the preset's keys the experiment sets itself (and so keeps)."""
-    from rlvr.train.config import pinned_objective_keys
+    from rlvr.config.compose import pinned_objective_keys
 
     pinned = pinned_objective_keys(plan.experiment, plan.objective)
     if pinned:

@@ -57,7 +57,7 @@ CHECKS: list[tuple[str, str]] = [
 
 def make_gpu_plan(experiment: str, out: Path, objective: str) -> Plan:
     """The experiment at its own topology with the GPU rehearsal's swaps (ValueError: bad input)."""
-    from rlvr.train.config import compose, experiments, objectives
+    from rlvr.config.compose import compose, experiments, objectives
 
     per_node = None  # unknown names: make_plan refuses them
     if experiment in experiments() and objective in objectives():
@@ -76,7 +76,7 @@ def make_gpu_plan(experiment: str, out: Path, objective: str) -> Plan:
 
 
 def composed(plan: Plan) -> Any:
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     return compose(plan.experiment, plan.overrides)
 
@@ -219,7 +219,7 @@ def _ray(plan: Plan, cluster: Cluster, ray_tmp: str) -> str:
 
 def _gradient_scale_main(argv: list[str]) -> int:
     """``python -m rlvr.rehearsal.gpu MODEL_DIR WORLD EXPERIMENT [overrides...]``."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     model_dir, world, experiment, *overrides = argv
     config = compose(experiment, overrides)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.train.batching import Batching, batching
+from rlvr.config.batching import Batching, batching
 
 PROMPT_TOKENS, RESPONSE_TOKENS = 16, 32
 TOLERANCE = 1e-3  # fp32; a wrong scale is off by a factor, not a rounding

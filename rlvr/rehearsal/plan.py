@@ -43,7 +43,7 @@ class Plan:
 def make_plan(
     experiment: str, out: Path, gpus_per_node: int | None, objective: str = "grpo"
 ) -> Plan:
-    from rlvr.train.config import compose, experiments, objectives
+    from rlvr.config.compose import compose, experiments, objectives
 
     if experiment not in experiments():
         raise ValueError(f"unknown experiment {experiment!r}; one of {experiments()}")

@@ -53,8 +53,8 @@ class LaunchOptions:
 def checked_points(spec: SweepSpec) -> list[GridPoint]:
     """The grid's points, each composed and put through verl's own config checks first, so a
     typo or an indivisible batch fails before the first run rather than after N of them."""
+    from rlvr.config.compose import ConfigError, check_experiment, compose_checked
     from rlvr.preflight.checks import numeric_problems, verl_problems
-    from rlvr.train.config import ConfigError, check_experiment, compose_checked
 
     try:
         check_experiment(spec.experiment)

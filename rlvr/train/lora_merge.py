@@ -273,7 +273,7 @@ def _is_checkpoint(path: Path) -> bool:
 
 def _experiment_root(experiment: str, overrides: list[str]) -> Path:
     """``trainer.default_local_dir`` of a composed experiment, as the launcher ran it."""
-    from rlvr.train.config import compose
+    from rlvr.config.compose import compose
 
     try:
         return Path(str(compose(experiment, overrides).trainer.default_local_dir))

@@ -19,7 +19,7 @@ from typing import Any
 from rlvr.common.checkpoints import TRACKER_FILE
 from rlvr.common.messages import first_line
 from rlvr.common.paths import CONFIG_DIR
-from rlvr.train.config import ConfigError, _close
+from rlvr.config.compose import ConfigError, _close
 
 SFT_DIR = CONFIG_DIR / "sft"
 BASE = "sft"

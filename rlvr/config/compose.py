@@ -4,7 +4,7 @@
 or group option, or a malformed override into one line that names it and the closest valid name.
 
 Print an experiment's whole composed config, overrides applied and paths filled in:
-    uv run python -m rlvr.train.config EXPERIMENT [hydra overrides...]
+    uv run python -m rlvr.config.compose EXPERIMENT [hydra overrides...]
 """
 
 from __future__ import annotations
@@ -233,10 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     parser = argparse.ArgumentParser(
-        prog="python -m rlvr.train.config",
+        prog="python -m rlvr.config.compose",
         description="Print an experiment's whole composed config (what bash scripts/train.sh "
         "EXPERIMENT runs), with the overrides applied and every path filled in.",
-        epilog="e.g. python -m rlvr.train.config countdown_qwen3_4b adapter=lora32 "
+        epilog="e.g. python -m rlvr.config.compose countdown_qwen3_4b adapter=lora32 "
         "actor_rollout_ref.actor.optim.lr=1e-4",
     )
     parser.add_argument("experiment", help="a configs/*.yaml name: " + ", ".join(experiments()))
