@@ -224,6 +224,21 @@ def compose_checked(
         raise _translate(exc, experiment, root) from None
 
 
+def experiment_cli(argv: list[str] | None, usage: str | None, prog: str) -> tuple[str, Any]:
+    """The ``EXPERIMENT [overrides...]`` preamble of a module's command line: ``--help`` prints
+    ``usage`` (SystemExit 0), no argument exits 2, a config that does not compose is one line
+    ``PROG: error: ...`` (SystemExit 2). Returns the experiment's name and composed config."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(usage)
+        raise SystemExit(0 if args else 2)
+    try:
+        return args[0], compose_checked(args[0], args[1:])
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the composed config as YAML, every interpolation resolved (``paths.root`` is this
     checkout unless an override sets it); a bad experiment or override is one line, exit 2."""

@@ -370,24 +370,19 @@ def _checkpoint_problems(config: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.config.compose import ConfigError, compose_checked
+    from rlvr.config.compose import experiment_cli
 
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if args else 2
     try:
-        config = compose_checked(args[0], args[1:])
-    except ConfigError as exc:
-        print(f"pre-flight: error: {exc}", file=sys.stderr)
-        return 2
+        experiment, config = experiment_cli(argv, __doc__, "pre-flight")
+    except SystemExit as done:
+        return int(done.code or 0)
     problems = check(config)
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
     if not problems:
         task = tasks.for_config(config)
         print(
-            f"pre-flight: {args[0]} ok (task {task.name if task else 'unregistered'}, "
+            f"pre-flight: {experiment} ok (task {task.name if task else 'unregistered'}, "
             f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s), "
             f"model {config.actor_rollout_ref.model.path})\npre-flight: {batching(config).line()}"
         )

@@ -78,20 +78,15 @@ def problem(config: Any) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.config.compose import ConfigError, compose_checked
+    from rlvr.config.compose import experiment_cli
 
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if args else 2
     try:
-        config = compose_checked(args[0], args[1:])
-    except ConfigError as exc:
-        print(f"hub_cache: error: {exc}", file=sys.stderr)
-        return 2
+        experiment, config = experiment_cli(argv, __doc__, "hub_cache")
+    except SystemExit as done:
+        return int(done.code or 0)
     repo_id = hub_model(config)
     if repo_id is None:
-        print(f"hub_cache: {args[0]}: model {OmegaConf.select(config, MODEL_KEY)} is local")
+        print(f"hub_cache: {experiment}: model {OmegaConf.select(config, MODEL_KEY)} is local")
         return 0
     from huggingface_hub import snapshot_download
 
