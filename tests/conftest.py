@@ -113,3 +113,12 @@ def _plan_memory_for_the_declared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlvr.planning import memory_plan
 
     monkeypatch.setattr(memory_plan, "_visible_gpu", lambda: None)
+
+
+@pytest.fixture
+def preflight_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-flight as on a fresh machine: no Ray cluster to find (an empty RAY_TMPDIR, no
+    RAY_ADDRESS), Hub access and the memory plan at their defaults."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+    for name in ("RAY_ADDRESS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RLVR_STRICT_MEMORY"):
+        monkeypatch.delenv(name, raising=False)

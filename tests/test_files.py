@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,29 +212,9 @@ def test_output_folder_problems(tmp_path: Path) -> None:
     assert problem is not None and problem.startswith(f"--out {locked / 'out'}: cannot write in")
 
 
-def test_a_signal_during_the_write_check_leaves_no_probe_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SIGINT right after the probe folder is made (CI hit this once, mid data prep) is held
-    until the probe is gone: the interrupt still arrives, the folder is left as it was."""
-    real_mkdtemp = tempfile.mkdtemp
-
-    def mkdtemp_then_interrupted(*args: object, **kwargs: object) -> str:
-        made = real_mkdtemp(*args, **kwargs)  # type: ignore[call-overload]
-        os.kill(os.getpid(), signal.SIGINT)
-        return made
-
-    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        output_folder_problem(tmp_path / "out", "--out")
-    assert _names(tmp_path) == []
-
-
-def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SIGINT delivered the moment the staging folder exists (what a CI run caught with a real
-    build: ``.model.partial-*`` left behind): the block never runs and nothing stays."""
+@pytest.fixture
+def sigint_after_mkdtemp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tempfile.mkdtemp`` makes its folder, then SIGINT arrives before it returns."""
     real_mkdtemp = tempfile.mkdtemp
 
     def mkdtemp_then_signal(*args: object, **kwargs: object) -> str:
@@ -242,6 +223,33 @@ def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(
         return folder
 
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_signal)
+
+
+@pytest.mark.usefixtures("sigint_after_mkdtemp")
+def test_a_signal_during_the_write_check_leaves_no_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT right after the write check's probe is made (a SIGTERM there left a probe folder
+    in CI once, mid data prep): the interrupt arrives, the folder is left as it was. The probe
+    is an unnamed file, whatever the moment; the fixture interrupts a folder probe, this a file
+    one (the negative control: the earlier mkdtemp probe fails this)."""
+    real_temporary_file = tempfile.TemporaryFile
+
+    def temporary_file_then_signal(*args: Any, **kwargs: Any) -> Any:
+        made = real_temporary_file(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary_file_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        output_folder_problem(tmp_path / "out", "--out")
+    assert _names(tmp_path) == []
+
+
+@pytest.mark.usefixtures("sigint_after_mkdtemp")
+def test_a_signal_as_the_staging_folder_is_created_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT delivered the moment the staging folder exists (what a CI run caught with a real
+    build: ``.model.partial-*`` left behind): the block never runs and nothing stays."""
     destination = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt), staged_dir(destination):
         pytest.fail("the block must not run once the signal has arrived")

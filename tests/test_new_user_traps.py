@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from script_loading import run_quickstart
 
 from rlvr.preflight import checks as preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def no_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
-    for name in ("RAY_ADDRESS", "HF_HUB_OFFLINE", "RLVR_STRICT_MEMORY"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("preflight_env")
 
 
 @pytest.fixture(scope="module")
@@ -168,14 +164,7 @@ def test_the_trainer_writes_the_identity_pre_flight_reads(
 # --- the GPU quickstart's dry run ------------------------------------------------------------
 
 
-def _quickstart(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "scripts/quickstart.sh", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+_quickstart = run_quickstart
 
 
 def test_gpu_dry_run_names_checkpoints_downloads_and_what_follows() -> None:

@@ -23,11 +23,7 @@ from rlvr.tasks import TaskError, TaskSpec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def no_ray_or_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
-    for name in ("RAY_ADDRESS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("preflight_env")
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import run_bounded
+from script_loading import run_quickstart
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,14 +96,7 @@ def test_ctrl_c_stops_the_quickstart_during_training(tmp_path: Path) -> None:
     assert not (out / "eval_grpo").exists()  # nothing after the training stage ran
 
 
-def _quickstart(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "scripts/quickstart.sh", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+_quickstart = run_quickstart
 
 
 def test_quickstart_rejects_bad_flags() -> None:

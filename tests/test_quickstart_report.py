@@ -6,13 +6,13 @@ as a table and under new keys, beside every key the report had before."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_loading import load_file_module
 from test_paired import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +34,7 @@ STAGES = [
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "quickstart_report", ROOT / "scripts" / "quickstart_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("quickstart_report", ROOT / "scripts" / "quickstart_report.py")
 
 
 def quickstart_out(tmp_path: Path, grpo_sampled: list[list[float]]) -> tuple[Path, list[str]]:

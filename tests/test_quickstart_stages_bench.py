@@ -4,25 +4,19 @@ both; each row's old and new values and their ratio, n/a where the old folder la
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_loading import load_file_module
 from test_paired import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_benchmark() -> ModuleType:
-    found = importlib.util.spec_from_file_location(
-        "quickstart_stages", ROOT / "benchmarks" / "quickstart_stages.py"
-    )
-    assert found is not None and found.loader is not None
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
+    return load_file_module("quickstart_stages", ROOT / "benchmarks" / "quickstart_stages.py")
 
 
 def out_folder(path: Path, seconds: int, stages: dict[str, float], timing: dict | None) -> Path:

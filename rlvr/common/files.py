@@ -8,10 +8,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import struct
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,19 +204,13 @@ def _write_problem(folder: Path, path: str | os.PathLike[str], flag: str) -> str
         folder = folder.parent  # the first folder that exists: the others are created
     if not folder.is_dir():
         return f"{flag} {path}: {folder} is not a folder"
-    # A real write, not os.access: that says yes to root on read-only mounts like /sys. SIGINT
-    # and SIGTERM wait until the probe folder is gone again (a signal between the two calls left
-    # it behind in the user's folder).
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if in_main else None
+    # A real write, not os.access: that says yes to root on read-only mounts like /sys. An
+    # unnamed file (O_TMPFILE on Linux: it never has a name in the folder), so a signal at any
+    # moment leaves nothing behind; a named probe folder was left once by a SIGTERM in CI.
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".rlvr-write-check-", dir=folder))
+        tempfile.TemporaryFile(prefix=".rlvr-write-check-", dir=folder).close()
     except OSError as exc:
         return f"{flag} {path}: cannot write in {folder} ({exc.strerror or type(exc).__name__})"
-    finally:
-        if previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return None
 
 
