@@ -161,6 +161,22 @@ def test_the_trainer_writes_the_identity_pre_flight_reads(
     assert "lora_rank 0 there, 32 now" in problem
 
 
+def test_a_run_that_saves_nothing_leaves_no_checkpoint_folder(
+    good: list[str], tmp_path: Path
+) -> None:
+    """A sweep point or test with save_freq=-1 gets no checkpoint folder made for its identity
+    (CI's sweep test caught one); a run that saves gets its identity written."""
+    from rlvr.config.compose import compose
+    from rlvr.preflight.run_identity import IDENTITY_FILE, write_identity
+
+    run = tmp_path / "run"
+    into_run = [*good, f"trainer.default_local_dir={run}"]
+    quiet = compose("countdown_cpu", [*into_run, "trainer.save_freq=-1"])
+    assert write_identity(quiet) is None and not run.exists()
+    saving = compose("countdown_cpu", [*into_run, "trainer.save_freq=2"])
+    assert write_identity(saving) == run / IDENTITY_FILE and (run / IDENTITY_FILE).is_file()
+
+
 # --- the GPU quickstart's dry run ------------------------------------------------------------
 
 

@@ -40,10 +40,14 @@ def identity(config: Any) -> dict[str, Any]:
     }
 
 
-def write_identity(config: Any) -> Path:
+def write_identity(config: Any) -> Path | None:
     """Write the run's identity into its checkpoint folder, atomically (a crash leaves the old
-    file or the new one, never half of one)."""
+    file or the new one, never half of one). A run that saves no checkpoint (``save_freq`` <= 0)
+    into a folder that does not exist writes nothing: there is nothing to resume, and a sweep's
+    or test's folders stay as empty as they asked."""
     folder = Path(str(config.trainer.default_local_dir))
+    if int(config.trainer.save_freq) <= 0 and not folder.exists():
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / IDENTITY_FILE
     write_json_atomic(path, identity(config))
