@@ -21,6 +21,8 @@ if [[ $# -lt 1 || -z "${1:-}" || "$1" == -* ]]; then
 fi
 EXPERIMENT="$1"
 shift
+# uv (installed when missing) and the locked environment, once the experiment is given.
+source "$ROOT/scripts/lib/ensure_uv.sh"
 cd "$ROOT"
 PYTHON="$(uv run --no-sync python -c 'import sys; print(sys.executable)')"
 # Composes the experiment, runs verl's own batch checks, checks data and model exist; exit 2 with

@@ -14,5 +14,7 @@
 # GPU memory verl logs against the planner's; --dry_run lists them, with tolerances, anywhere.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# uv (installed when missing) and the locked environment: the help and every check are Python.
+source "$ROOT/scripts/lib/ensure_uv.sh"
 cd "$ROOT"
 exec "$(uv run --no-sync python -c 'import sys; print(sys.executable)')" -m rlvr.rehearsal.cpu "$@"

@@ -42,6 +42,8 @@ for arg in "$@"; do
     esac
 done
 set -- ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+# uv (installed when missing) and the locked environment, once the experiment is given.
+source "$ROOT/scripts/lib/ensure_uv.sh"
 cd "$ROOT"
 if [[ "$PRINT_CONFIG" == 1 ]]; then
     # The whole composed config, as the trainer will get it; nothing runs.

@@ -352,7 +352,9 @@ echo "stub: would run python $*" >&2
 exit {code}
 """
 UV_STUB = """#!/usr/bin/env bash
+# `uv sync` (scripts/lib/ensure_uv.sh, which the launchers source) passes and is logged;
 # `uv run ... python -c 'print(sys.executable)'` answers the stub python; other runs go to it.
+if [[ "$1" == sync ]]; then echo "uv $*" >> {shims}/uv_syncs; exit 0; fi
 for arg in "$@"; do [[ "$arg" == *sys.executable* ]] && {{ echo {shims}/python; exit 0; }}; done
 while [[ $# -gt 0 && "$1" != python ]]; do shift; done
 shift
@@ -429,5 +431,6 @@ def test_negative_control_good_input_gets_past_the_checks(
     marker = shims / "ran_past_checks"
     try:
         assert code == STUB_EXIT and "rlvr.train.launch" in marker.read_text(), err[-3000:]
+        assert "uv sync --locked --inexact" in (shims / "uv_syncs").read_text()
     finally:
         marker.unlink(missing_ok=True)

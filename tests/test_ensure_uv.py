@@ -1,11 +1,14 @@
-"""The set-up commands: scripts/lib/ensure_uv.sh (sourced by test.sh and quickstart.sh) and
-scripts/test.sh, which CI runs. A fake `uv` on PATH stands in for the real one."""
+"""The set-up commands: scripts/lib/ensure_uv.sh (sourced by test.sh, quickstart.sh and the
+launchers) and scripts/test.sh, which CI runs. A fake `uv` on PATH stands in for the real one."""
 
 import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+STUB_EXIT = 97  # what the fake interpreter and ray exit with: the script got past uv
 
 
 def _source_with_fake_uv(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
@@ -55,3 +58,74 @@ def test_ci_runs_the_readme_test_command() -> None:
     ]
     assert commands == ["bash scripts/test.sh"]
     assert "bash scripts/test.sh" in (ROOT / "README.md").read_text()
+
+
+def _id(value: object) -> str:
+    return (" ".join(value) or "no-args") if isinstance(value, list) else str(value)
+
+
+def _launch_with_fake_uv(tmp_path: Path, script: str, *argv: str) -> tuple[int, list[str]]:
+    """Runs scripts/SCRIPT behind a fake uv (sync passes; run answers a fake interpreter) and
+    fake python and ray that exit STUB_EXIT; returns the exit code and every call, in order."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    stubs = {
+        "uv": f'echo "uv $*" >> {calls}\n[ "$1" = run ] && echo {bin_dir}/python\nexit 0',
+        "python": f'echo "python $*" >> {calls}\nexit {STUB_EXIT}',
+        "ray": f'echo "ray $*" >> {calls}\nexit {STUB_EXIT}',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["bash", f"scripts/{script}", *argv],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.returncode, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("script", "argv"),
+    [
+        ("rehearse.sh", ["--help"]),  # its help is Python's (argparse)
+        ("rehearse.sh", ["countdown_cpu"]),
+        ("train.sh", ["countdown_cpu"]),
+        ("train.sh", ["countdown_cpu", "--print_config"]),
+        ("launch_sft.sh", ["countdown_smollm2_cpu"]),
+        ("ray_cluster.sh", ["status"]),
+        ("ray_cluster.sh", ["head", "--port", "6390"]),
+    ],
+    ids=_id,
+)
+def test_launchers_sync_the_locked_environment_before_their_first_uv_run(
+    tmp_path: Path, script: str, argv: list[str]
+) -> None:
+    """In a fresh clone, `uv run --no-sync` makes an empty .venv (ModuleNotFoundError: psutil):
+    each launcher syncs first, as test.sh and quickstart.sh do."""
+    code, calls = _launch_with_fake_uv(tmp_path, script, *argv)
+    assert calls[:1] == ["uv sync --locked --inexact"], calls
+    assert len(calls) >= 2 and calls[1].startswith("uv run "), calls
+    assert code in (0, STUB_EXIT), (code, calls)
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "code"),
+    [
+        ("train.sh", ["--help"], 0),
+        ("train.sh", [], 2),
+        ("launch_sft.sh", ["--help"], 0),
+        ("launch_sft.sh", ["--bad"], 2),
+        ("ray_cluster.sh", ["--help"], 0),
+        ("ray_cluster.sh", ["head", "--port", "0"], 2),
+        ("ray_cluster.sh", ["worker", "nohost"], 2),
+        ("ray_cluster.sh", ["status", "extra"], 2),
+    ],
+    ids=_id,
+)
+def test_help_and_bad_arguments_answer_before_any_uv(
+    tmp_path: Path, script: str, argv: list[str], code: int
+) -> None:
+    """Help written in bash, and the one-line refusals bash makes, need no sync (nor uv)."""
+    assert _launch_with_fake_uv(tmp_path, script, *argv) == (code, [])
