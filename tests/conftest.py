@@ -30,6 +30,11 @@ if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+# The tests run in the synced environment (pytest imports the project from it): the scripts they
+# start skip their own `uv sync` (scripts/lib/ensure_uv.sh), as under scripts/test.sh.
+os.environ.setdefault("RLVR_UV_SYNCED", str(ROOT))
+
+
 def run_bounded(
     cmd: list[str], env: dict[str, str], timeout_s: float, ray_tmp: str | None = None
 ) -> str:

@@ -313,7 +313,7 @@ def _merge(argv: list[str]) -> int:
 def _subprocess(*command: str) -> Callable[..., Result]:
     def run(argv: list[str], capsys: pytest.CaptureFixture[str], shims: Path) -> Result:
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "RLVR_UV_SYNCED"},  # sync is checked
             "PATH": f"{shims}:/usr/bin:/bin",
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",

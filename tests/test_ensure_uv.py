@@ -11,6 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STUB_EXIT = 97  # what the fake interpreter and ray exit with: the script got past uv
 
 
+def _unsynced() -> dict[str, str]:
+    """This environment without the mark of a sync already done (conftest sets it)."""
+    return {k: v for k, v in os.environ.items() if k != "RLVR_UV_SYNCED"}
+
+
 def _source_with_fake_uv(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -18,7 +23,7 @@ def _source_with_fake_uv(tmp_path: Path, body: str) -> subprocess.CompletedProce
     uv.write_text(f'#!/bin/sh\necho "uv $*" >> {tmp_path / "calls"}\n{body}\n')
     uv.chmod(0o755)
     script = "source scripts/lib/ensure_uv.sh || exit 7; echo after"
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env = {**_unsynced(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     return subprocess.run(
         ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
@@ -64,7 +69,9 @@ def _id(value: object) -> str:
     return (" ".join(value) or "no-args") if isinstance(value, list) else str(value)
 
 
-def _launch_with_fake_uv(tmp_path: Path, script: str, *argv: str) -> tuple[int, list[str]]:
+def _launch_with_fake_uv(
+    tmp_path: Path, script: str, *argv: str, synced: str | None = None
+) -> tuple[int, list[str]]:
     """Runs scripts/SCRIPT behind a fake uv (sync passes; run answers a fake interpreter) and
     fake python and ray that exit STUB_EXIT; returns the exit code and every call, in order."""
     bin_dir = tmp_path / "bin"
@@ -78,7 +85,9 @@ def _launch_with_fake_uv(tmp_path: Path, script: str, *argv: str) -> tuple[int, 
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env = {**_unsynced(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if synced is not None:
+        env["RLVR_UV_SYNCED"] = synced
     done = subprocess.run(
         ["bash", f"scripts/{script}", *argv],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
@@ -108,6 +117,18 @@ def test_launchers_sync_the_locked_environment_before_their_first_uv_run(
     assert calls[:1] == ["uv sync --locked --inexact"], calls
     assert len(calls) >= 2 and calls[1].startswith("uv run "), calls
     assert code in (0, STUB_EXIT), (code, calls)
+
+
+def test_a_launcher_run_by_a_synced_parent_does_not_sync_again(tmp_path: Path) -> None:
+    """quickstart.sh and test.sh export RLVR_UV_SYNCED=ROOT after their sync: the launchers they
+    run skip theirs (about 3 s each); a mark naming another checkout is no reason to skip."""
+    for marked, expected in ((str(ROOT), []), ("/elsewhere", ["uv sync --locked --inexact"])):
+        folder = tmp_path / marked.strip("/").replace("/", "_")
+        folder.mkdir()
+        code, calls = _launch_with_fake_uv(folder, "train.sh", "countdown_cpu", synced=marked)
+        assert code in (0, STUB_EXIT), (code, calls)
+        assert [c for c in calls if c.startswith("uv sync")] == expected, calls
+        assert any(c.startswith("uv run ") for c in calls), calls
 
 
 @pytest.mark.parametrize(

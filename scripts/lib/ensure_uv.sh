@@ -6,6 +6,12 @@
 # a plain sync would uninstall them before every run.
 
 _ensure_uv_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# A parent script (quickstart.sh, test.sh) synced this checkout already: the launchers it runs
+# skip the re-check, which takes about 3 s even when nothing changed.
+if [[ "${RLVR_UV_SYNCED:-}" == "$_ensure_uv_root" ]] && command -v uv >/dev/null 2>&1; then
+    unset _ensure_uv_root
+    return 0
+fi
 if ! command -v uv >/dev/null 2>&1; then
     echo "ensure_uv: uv not found; installing it: python3 -m pip install --quiet \"uv>=0.8\"" >&2
     python3 -m pip install --quiet "uv>=0.8" || {
@@ -32,4 +38,5 @@ if ! (cd "$_ensure_uv_root" && uv sync --locked --inexact) >"$_ensure_uv_log" 2>
     return 1
 fi
 rm -f "$_ensure_uv_log"
+export RLVR_UV_SYNCED="$_ensure_uv_root"
 unset _ensure_uv_root _ensure_uv_log
