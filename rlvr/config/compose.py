@@ -59,10 +59,8 @@ def compose(
     set on the copy rather than being part of what is cached."""
     overrides = list(overrides or [])
     task_dirs = _task_config_dirs()
-    hydra_overrides = [f"paths.root={CONFIG_DIR.parent}"]
-    if task_dirs:
-        search_path = ",".join([VERL_CONFIGS, *(f"file://{d}" for d in task_dirs)])
-        hydra_overrides.append(f"hydra.searchpath=[{search_path}]")
+    search_path = ",".join([_verl_configs(), *(f"file://{d}" for d in task_dirs)])
+    hydra_overrides = [f"paths.root={CONFIG_DIR.parent}", f"hydra.searchpath=[{search_path}]"]
     key = (experiment, tuple(overrides), _config_files_stamp(task_dirs))
     if key not in _composed:
         if len(_composed) >= MAX_CACHED_CONFIGS:
@@ -72,6 +70,18 @@ def compose(
     if not any(o.lstrip("+~").split("=", 1)[0] == "paths.root" for o in overrides):
         config.paths.root = str(Path(root or CONFIG_DIR.parent).resolve())
     return config
+
+
+def _verl_configs() -> str:
+    """verl's config folder as a file:// search path: the same files as the experiments'
+    ``pkg://verl.trainer.config``, without Hydra importing verl to find them (``import verl``
+    takes about 5 s, most of a short command's run). find_spec locates the package unimported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    found = [Path(f) / "trainer" / "config" for f in folders]
+    return next((f"file://{f}" for f in found if (f / "ppo_trainer.yaml").is_file()), VERL_CONFIGS)
 
 
 MAX_CACHED_CONFIGS = 256
