@@ -194,6 +194,10 @@ def _env(copy: Path) -> dict[str, str]:
     """The copy's code first on the path (this tree's is installed editable), this tree's venv."""
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(copy), UV_PROJECT_ENVIRONMENT=str(ROOT / ".venv"))
+    # The launchers sync first (scripts/lib/ensure_uv.sh); a sync from the copy would re-point
+    # this tree's editable install at the copy, and every later test's Ray workers would import
+    # the copy's rlvr. The venv is synced already: mark the copy as synced.
+    env["RLVR_UV_SYNCED"] = str(copy)
     return env
 
 
@@ -351,4 +355,10 @@ def test_the_new_task_trains_one_grpo_step_through_the_launcher(
     assert done.returncode == 0, done.output[-6000:]
     assert not leftovers, f"Ray processes left behind: {leftovers}"
     assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in done.output
+    installed = subprocess.run(  # still this tree's editable install, not the copy's
+        [sys.executable, "-c", "import rlvr; print(rlvr.__file__)"],
+        cwd="/", env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert installed.stdout.strip() == str(ROOT / "rlvr" / "__init__.py"), installed
     assert re.search(r"step:1 - .*critic/score/mean:[-0-9.e]+", done.output), done.output[-4000:]

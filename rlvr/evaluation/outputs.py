@@ -172,6 +172,10 @@ def _publish(staging: Path, output: Path, force: bool) -> None:
 def _keep_or_remove(staging: Path, output: Path) -> None:
     samples = staging / "samples.jsonl"
     if samples.is_file() and samples.stat().st_size > 0:
+        # A signal between the summary's write and the swap: the run was not published, so the
+        # folder kept for a look holds samples only, never a summary that reads as complete.
+        for name in ("summary.json", "summary.md"):
+            (staging / name).unlink(missing_ok=True)
         print(
             f"{output} is unchanged; this unfinished run's samples are in {staging}",
             file=sys.stderr,
