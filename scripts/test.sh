@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs (.ci/run calls exactly this): ruff check, ruff format --check, mypy, pytest.
 # Usage: bash scripts/test.sh [pytest args...]
-#   bash scripts/test.sh                  # everything, slow end-to-end GRPO runs included
+#   bash scripts/test.sh                  # everything: the fast tier, then the slow end-to-end runs
 #   bash scripts/test.sh -m "not slow"    # the fast tier, for development
 #   bash scripts/test.sh -m slow          # the end-to-end tier alone
 # Installs uv when missing and syncs the locked environment first (scripts/lib/ensure_uv.sh).
@@ -20,4 +20,11 @@ uv run ruff check .
 uv run ruff format --check .
 uv run mypy
 # The 30 slowest tests close every log: where CI's time goes, for the speed budget.
-uv run pytest --durations=30 "$@"
+if [[ $# -gt 0 ]]; then
+    uv run pytest --durations=30 "$@"
+else
+    # Everything: the fast tier on every core, then the slow tier alone in one process (its
+    # runs each need the whole machine; pyproject.toml's addopts run them one at a time anyway).
+    uv run pytest --durations=30 -m "not slow"
+    uv run pytest --durations=30 -m slow -n 0
+fi

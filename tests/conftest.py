@@ -52,6 +52,14 @@ def run_bounded(
     return done.output
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests form one xdist group (``--dist loadgroup`` in pyproject.toml): one worker
+    runs them one after another, as each needs the machine's memory and cores to itself."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("slow"))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``@pytest.mark.no_cuda``: the test exercises what happens without CUDA (the CPU fixes,
     the HF backend picked by ``auto``, the quickstart's CPU path); where CUDA is available the

@@ -3,11 +3,13 @@ launchers) and scripts/test.sh, which CI runs. A fake `uv` on PATH stands in for
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART_TESTS = "tests/test_quickstart.py"  # slow and fast tests in one file
 STUB_EXIT = 97  # what the fake interpreter and ray exit with: the script got past uv
 
 
@@ -16,14 +18,20 @@ def _unsynced() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "RLVR_UV_SYNCED"}
 
 
-def _source_with_fake_uv(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+def _fake_uv_env(tmp_path: Path, body: str = "") -> dict[str, str]:
+    """An unsynced environment whose only ``uv`` logs each call to tmp_path/calls, then runs
+    ``body`` (shell)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     uv = bin_dir / "uv"
     uv.write_text(f'#!/bin/sh\necho "uv $*" >> {tmp_path / "calls"}\n{body}\n')
     uv.chmod(0o755)
+    return {**_unsynced(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def _source_with_fake_uv(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     script = "source scripts/lib/ensure_uv.sh || exit 7; echo after"
-    env = {**_unsynced(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env = _fake_uv_env(tmp_path, body)
     return subprocess.run(
         ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
@@ -53,6 +61,58 @@ def test_test_sh_help_answers_without_syncing() -> None:
     )
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith("Everything CI runs") and '-m "not slow"' in done.stdout
+
+
+def _test_sh_with_fake_uv(tmp_path: Path, *args: str) -> list[str]:
+    """The uv commands ``scripts/test.sh ARGS`` runs, with a fake uv that passes them all."""
+    done = subprocess.run(
+        ["bash", "scripts/test.sh", *args],
+        cwd=ROOT,
+        env=_fake_uv_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return (tmp_path / "calls").read_text().splitlines()
+
+
+def test_test_sh_runs_the_fast_tier_in_parallel_then_the_slow_tier_alone(tmp_path: Path) -> None:
+    calls = _test_sh_with_fake_uv(tmp_path)
+    pytest_calls = [c for c in calls if c.startswith("uv run pytest")]
+    assert pytest_calls == [
+        "uv run pytest --durations=30 -m not slow",  # -n auto from pyproject.toml's addopts
+        "uv run pytest --durations=30 -m slow -n 0",
+    ]
+    assert calls.index("uv sync --locked --inexact") < calls.index(pytest_calls[0])
+    addopts = (ROOT / "pyproject.toml").read_text()
+    assert 'addopts = "-ra --strict-markers -n auto --dist loadgroup"' in addopts
+
+
+def test_test_sh_passes_given_arguments_to_one_pytest_run(tmp_path: Path) -> None:
+    calls = _test_sh_with_fake_uv(tmp_path, "-m", "not slow", "-k", "rewards")
+    assert [c for c in calls if c.startswith("uv run pytest")] == [
+        "uv run pytest --durations=30 -m not slow -k rewards"
+    ]
+
+
+def _selected(marks: str) -> list[str]:
+    """The ids pytest selects in test_quickstart.py (slow and fast tests) with ``-m MARKS``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-n", "0", "-m", marks, QUICKSTART_TESTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_slow_tests_and_only_they_share_one_xdist_group() -> None:
+    """conftest puts every slow test in the group "slow": xdist runs them on one worker, in turn
+    (pytest's own marker selection sees the marks it added)."""
+    slow = _selected("slow")
+    assert len(slow) >= 2 and _selected("xdist_group") == slow
 
 
 def test_ci_runs_the_readme_test_command() -> None:
