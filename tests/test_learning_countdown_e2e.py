@@ -95,11 +95,51 @@ def _sampled_eval(model: Path, like: Path, out: Path, env: dict[str, str]) -> Pa
     return out
 
 
+def _check_outputs(qs: Path, output: str) -> None:
+    """What the quickstart prints and writes besides its headline: the probes, the table, the
+    models it names, the eval settings, the report json, the curve and the stage times."""
+    report = json.loads((qs / "quickstart_report.json").read_text())
+    steps, experiment = report["steps"], "countdown_smollm2_cpu"
+    assert report["experiment"] == experiment and steps == 8
+    assert f"Quickstart report (smollm2, SFT then {experiment}, {steps} GRPO step(s)" in output
+    assert output.count("**Verdict:") == 2  # the probes of the base and of the SFT model
+    assert "| sampled pass@1 (success rate) |" in output and "| greedy mean score |" in output
+    assert "run report: " in output  # the GRPO run's alarms, printed
+    sft_eval = json.loads((qs / "eval_sft_sampled/summary.json").read_text())
+    sft_model = Path(sft_eval["model"])
+    assert sft_model.parent.parent == qs / "checkpoints/sft/quickstart_smollm2"
+    assert f"SFT model: {sft_model}" in output and (sft_model / "config.json").is_file()
+    checkpoint = qs / f"checkpoints/quickstart_smollm2/global_step_{steps}/actor/huggingface"
+    assert (checkpoint / "model.safetensors").is_file()
+    after = json.loads((qs / "eval_grpo_sampled/summary.json").read_text())
+    assert after["model"] == str(checkpoint) and after["prompts"] == 96
+    assert after["sampling"]["n"] == 4 and after["sampling"]["temperature"] == 1.0
+    low, high = report["sampled_pass1_delta_ci95"]
+    assert low <= report["sampled_pass1_delta"] <= high
+    assert report["seconds"] > 0 and report["probe_verdict"]
+    png = qs / "reward_curve.png"
+    assert report["reward_curve"] == str(png) and f"reward curve: {png}" in output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # where the time went (scripts/stages.sh), and the held-out change atop the run's report.md
+    lines = (qs / "stage_times.jsonl").read_text().splitlines()
+    stages = [json.loads(line)["stage"] for line in lines]
+    assert stages[:4] == ["data_prep_countdown", "build_model", "eval_countdown eval_base_sampled",
+                          "launch_sft"]  # fmt: skip
+    assert stages[-3:] == ["eval_countdown eval_grpo_sampled", "eval_countdown eval_grpo",
+                           "quickstart_report"]  # fmt: skip
+    assert [row["stage"] for row in report["stage_seconds"]][: len(stages) - 1] == stages[:-1]
+    assert "| eval_countdown eval_grpo |" in output and report["stage_seconds_total"] > 0
+    assert report["eval_tokens_per_second"]["eval_grpo_sampled"] > 0
+    run_report = (qs / "checkpoints/quickstart_smollm2/report.md").read_text()
+    assert run_report.index("## Held-out change: SFT -> GRPO") < run_report.index("## Alarms")
+
+
 def test_grpo_after_sft_raises_pass1_and_negated_advantages_do_not(tmp_path: Path) -> None:
     env = {**os.environ, "RLVR_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
     env.pop("WANDB_API_KEY", None)
     qs = tmp_path / "qs"
     output = run_bounded(["bash", "scripts/quickstart.sh", "--out", str(qs)], env, 1800)
+    _check_outputs(qs, output)
     report = json.loads((qs / "quickstart_report.json").read_text())
     low, high = report["sampled_pass1_delta_ci95"]
     assert low > 0, f"no significant pass@1 gain over SFT: [{low}, {high}]\n{output[-4000:]}"

@@ -14,8 +14,10 @@ objective preset (configs/objective/, ``--objective``, default grpo) is passed a
 experiment runs as that many Ray nodes on this machine, joined by ``scripts/ray_cluster.sh``.
 Checks that results are right, not only that it ran: before any launch, verl's own actor update
 under the experiment's batching against a gradient computed outside verl ("gradient scale");
-for a multi-node experiment, step 1 on its own nodes against one node of the same world size
-("topology"). Exit 0 when every check holds; otherwise the step that failed and why, exit 1.
+for a multi-node experiment, step 1 of its run on its own nodes against one node of the same
+world size ("topology"; that run and its resume score by a stand-in reward,
+rlvr/rehearsal/reward.py, so that step 1 has a gradient). Exit 0 when every check holds;
+otherwise the step that failed and why, exit 1.
 
 ``--gpu``: the same checks on a real GPU node with the real stack and a small hub model, plus
 the peak GPU memory against the planner's (rlvr/rehearsal/gpu.py); ``--gpu --dry_run``
@@ -43,6 +45,7 @@ from rlvr.rehearsal.launch import (
     Cluster,
     launch,
     one_node_step_one,
+    scored_by_stand_in,
     start_ray,
     topology,
 )
@@ -82,14 +85,16 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         runner.step("prepare", lambda: prepare_inputs(plan))
         runner.step("gradient scale", lambda: _gradient_scale(plan))
         if plan.nnodes > 1:
+            plan = scored_by_stand_in(plan)
             name = f"one node x {plan.world_size}, step 1"
             runner.step(name, lambda: one_node_step_one(plan, timeout_s))
         cluster = runner.step("ray", lambda: start_ray(plan, ray_tmp))
-        if plan.nnodes > 1:
-            runner.step("topology", lambda: topology(plan, cluster, timeout_s))
         train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
         peak, machine = train.peak_bytes, train.peak_machine_bytes
         world, actor = plan.world_size, plan.actor_dir
+        metrics = Path(_config(plan).paths.metrics)
+        if plan.nnodes > 1:
+            runner.step("topology", lambda: topology(plan, metrics))
         runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
         runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
         config = _config(plan)
@@ -97,7 +102,6 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         runner.step("actor state", lambda: checks.actor_state_per_rank(actor, config, world))
         lora_dir = actor / "lora_adapter" if plan.lora else None
         runner.step("huggingface", lambda: checks.loads_strictly(actor / "huggingface", lora_dir))
-        metrics = Path(config.paths.metrics)
         runner.step("metrics", lambda: checks.logged_steps(metrics, [1, 2]))
         wandb_dir = plan.out / "logs/wandb"
         runner.step("wandb", lambda: checks.wandb_run(wandb_dir, set()))

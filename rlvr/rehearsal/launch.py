@@ -96,31 +96,29 @@ _TOPOLOGY_KEYS = (
 )
 
 
-def step_one(plan: Plan, name: str, one_node: bool) -> Plan:
-    """Step 1 of the experiment in ``out/name`` (its own checkpoints, logs and wandb), scored by
-    the rehearsal's stand-in reward so that step 1 has a gradient: on the experiment's own
-    topology, or on one node of the same world size with plain FSDP over every rank. Same data,
-    seed and world size: the two must agree (``checks.same_step_one``)."""
-    run = replace(plan, out=plan.out / name)
-    extra = [
-        f"paths.checkpoints={run.out}/checkpoints",
-        "trainer.save_freq=-1",
-        f"custom_reward_function.path={ROOT}/rlvr/rehearsal/reward.py",
-    ]
-    drop: tuple[str, ...] = ("paths.checkpoints=",)
-    if one_node:
-        run = replace(run, nnodes=1, gpus_per_node=plan.world_size)
-        extra += ["trainer.nnodes=1", f"trainer.n_gpus_per_node={plan.world_size}"]
-        extra += [f"actor_rollout_ref.{r}.fsdp_config.fsdp_size=-1" for r in ("actor", "ref")]
-        drop = _TOPOLOGY_KEYS
-    run.overrides = [o for o in plan.overrides if not o.startswith(drop)] + extra
-    run.out.mkdir(parents=True, exist_ok=True)
-    return run
+def scored_by_stand_in(plan: Plan) -> Plan:
+    """A multi-node plan whose runs score by the rehearsal's stand-in reward, so that step 1 has a
+    gradient (the tiny model never earns the task's reward): its 2-step run on the cluster is the
+    topology check's run too, compared with one node's step 1 (``one_node_step_one``)."""
+    reward = f"custom_reward_function.path={ROOT}/rlvr/rehearsal/reward.py"
+    return replace(plan, overrides=[*plan.overrides, reward])
 
 
 def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
-    """Before the cluster starts (verl's local Ray would find and join a running one)."""
-    run = step_one(plan, "one_node", one_node=True)
+    """Step 1 of ``plan`` in ``out/one_node`` (its own checkpoints, logs and wandb) on one node of
+    the same world size with plain FSDP over every rank: same data, seed, reward and world size
+    as the plan's own run, which must agree with it (``topology``). Runs before the cluster
+    starts (verl's local Ray would find and join a running one)."""
+    run = replace(plan, out=plan.out / "one_node", nnodes=1, gpus_per_node=plan.world_size)
+    run.overrides = [o for o in plan.overrides if not o.startswith(_TOPOLOGY_KEYS)]
+    run.overrides += [
+        f"paths.checkpoints={run.out}/checkpoints",
+        "trainer.save_freq=-1",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={plan.world_size}",
+        *(f"actor_rollout_ref.{role}.fsdp_config.fsdp_size=-1" for role in ("actor", "ref")),
+    ]
+    run.out.mkdir(parents=True, exist_ok=True)
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-ref-", dir="/tmp")
     try:
         done = launch(run, start_ray(run, ray_tmp), 1, "train", timeout_s)
@@ -132,11 +130,11 @@ def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
     return done
 
 
-def topology(plan: Plan, cluster: Cluster, timeout_s: float) -> str:
-    """Step 1 on the experiment's cluster, compared with the one-node run's."""
-    launch(step_one(plan, "cluster", one_node=False), cluster, 1, "train", timeout_s)
-    metrics = f"checkpoints/{plan.experiment}/metrics.jsonl"
-    return checks.same_step_one(plan.out / "cluster" / metrics, plan.out / "one_node" / metrics)
+def topology(plan: Plan, metrics: Path) -> str:
+    """Step 1 of the plan's run on its cluster (``metrics``, its metrics.jsonl) against the
+    one-node run's."""
+    reference = plan.out / f"one_node/checkpoints/{plan.experiment}/metrics.jsonl"
+    return checks.same_step_one(metrics, reference)
 
 
 def launch(plan: Plan, cluster: Cluster, steps: int, name: str, timeout_s: float) -> Finished:
