@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import hashlib
 import re
 import sys
@@ -72,6 +73,7 @@ def compose(
     return config
 
 
+@functools.cache
 def _verl_configs() -> str:
     """verl's config folder as a file:// search path: the same files as the experiments'
     ``pkg://verl.trainer.config``, without Hydra importing verl to find them (``import verl``

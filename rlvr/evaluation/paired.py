@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy.stats import t as student_t
-
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.metrics import is_success
 from rlvr.evaluation.records import GradedSample, Summary, load_summary, read_records
@@ -58,6 +56,10 @@ def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) ->
 
     Needs two or more differences; all-equal differences give a zero-width interval.
     """
+    # Imported here: scipy.stats takes about 0.7 s to import, and every eval run imports this
+    # module (for the run's fingerprint) though only comparisons compute an interval.
+    from scipy.stats import t as student_t
+
     n = len(differences)
     if n < 2:
         raise EvalError(f"a paired interval needs at least 2 prompts, got {n}")
