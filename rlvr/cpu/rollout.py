@@ -39,6 +39,7 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
+from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.prefill import shared_prompt_cache
 
 # Per-token entropy of the rollout's sampling distribution (before top-k/top-p), for the
@@ -84,7 +85,8 @@ class HFSyncRollout(HFRollout):
         self.module = AutoModelForCausalLM.from_pretrained(
             str(self.model_config.local_path),
             dtype=torch.float32,
-            attn_implementation="sdpa",
+            # grouped-query attention without copying the KV cache per head (the actor keeps sdpa)
+            attn_implementation=register_grouped_sdpa(),
             trust_remote_code=self.model_config.trust_remote_code,
         )
         self._generate = _without_position_ids(self.module.generate)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.model_source import ModelSource, load_failure, load_tokenizer
+from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.prefill import shared_prompt_cache
 
 
@@ -103,8 +104,13 @@ class HFBackend:
         self.tokenizer = load_tokenizer(source)
         self.tokenizer.padding_side = "left"
         weights = str(source.base if source.kind == "lora" else source.path)
+        # On a CPU: grouped-query attention without a per-head copy of the KV cache each step
+        # (rlvr/models/attention.py); transformers picks its own default elsewhere.
+        attention = {"attn_implementation": register_grouped_sdpa()} if device == "cpu" else {}
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=getattr(torch, dtype))
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                weights, dtype=getattr(torch, dtype), **attention
+            )
             if source.kind == "lora":
                 from peft import PeftModel
 
