@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_bounded
@@ -95,9 +96,10 @@ def _sampled_eval(model: Path, like: Path, out: Path, env: dict[str, str]) -> Pa
     return out
 
 
-def _check_outputs(qs: Path, output: str) -> None:
+def _check_outputs(qs: Path, output: str) -> dict[str, Any]:
     """What the quickstart prints and writes besides its headline: the probes, the table, the
-    models it names, the eval settings, the report json, the curve and the stage times."""
+    models it names, the eval settings, the report json, the curve and the stage times.
+    Returns the report json, for the headline's checks."""
     report = json.loads((qs / "quickstart_report.json").read_text())
     steps, experiment = report["steps"], "countdown_smollm2_cpu"
     assert report["experiment"] == experiment and steps == 8
@@ -132,6 +134,7 @@ def _check_outputs(qs: Path, output: str) -> None:
     assert report["eval_tokens_per_second"]["eval_grpo_sampled"] > 0
     run_report = (qs / "checkpoints/quickstart_smollm2/report.md").read_text()
     assert run_report.index("## Held-out change: SFT -> GRPO") < run_report.index("## Alarms")
+    return report
 
 
 def test_grpo_after_sft_raises_pass1_and_negated_advantages_do_not(tmp_path: Path) -> None:
@@ -139,8 +142,7 @@ def test_grpo_after_sft_raises_pass1_and_negated_advantages_do_not(tmp_path: Pat
     env.pop("WANDB_API_KEY", None)
     qs = tmp_path / "qs"
     output = run_bounded(["bash", "scripts/quickstart.sh", "--out", str(qs)], env, 1800)
-    _check_outputs(qs, output)
-    report = json.loads((qs / "quickstart_report.json").read_text())
+    report = _check_outputs(qs, output)
     low, high = report["sampled_pass1_delta_ci95"]
     assert low > 0, f"no significant pass@1 gain over SFT: [{low}, {high}]\n{output[-4000:]}"
     assert report["alarms_fired"] == [], report["alarms_fired"]

@@ -92,12 +92,12 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
         peak, machine = train.peak_bytes, train.peak_machine_bytes
         world, actor = plan.world_size, plan.actor_dir
-        metrics = Path(_config(plan).paths.metrics)
+        config = _config(plan)
+        metrics = Path(config.paths.metrics)
         if plan.nnodes > 1:
             runner.step("topology", lambda: topology(plan, metrics))
         runner.step("devices", lambda: checks.devices(plan.out / "trace_train", world, python))
         runner.step("shards", lambda: checks.shards(actor, world, plan.save_contents))
-        config = _config(plan)
         runner.step("checkpoint bytes", lambda: checks.checkpoint_bytes(actor, config))
         runner.step("actor state", lambda: checks.actor_state_per_rank(actor, config, world))
         lora_dir = actor / "lora_adapter" if plan.lora else None

@@ -109,15 +109,7 @@ def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
     the same world size with plain FSDP over every rank: same data, seed, reward and world size
     as the plan's own run, which must agree with it (``topology``). Runs before the cluster
     starts (verl's local Ray would find and join a running one)."""
-    run = replace(plan, out=plan.out / "one_node", nnodes=1, gpus_per_node=plan.world_size)
-    run.overrides = [o for o in plan.overrides if not o.startswith(_TOPOLOGY_KEYS)]
-    run.overrides += [
-        f"paths.checkpoints={run.out}/checkpoints",
-        "trainer.save_freq=-1",
-        "trainer.nnodes=1",
-        f"trainer.n_gpus_per_node={plan.world_size}",
-        *(f"actor_rollout_ref.{role}.fsdp_config.fsdp_size=-1" for role in ("actor", "ref")),
-    ]
+    run = _one_node(plan)
     run.out.mkdir(parents=True, exist_ok=True)
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-ref-", dir="/tmp")
     try:
@@ -132,9 +124,26 @@ def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
 
 def topology(plan: Plan, metrics: Path) -> str:
     """Step 1 of the plan's run on its cluster (``metrics``, its metrics.jsonl) against the
-    one-node run's."""
-    reference = plan.out / f"one_node/checkpoints/{plan.experiment}/metrics.jsonl"
+    one-node run's (where that run's own config logs them)."""
+    from rlvr.config.compose import compose
+
+    one_node = _one_node(plan)
+    reference = Path(compose(one_node.experiment, one_node.overrides).paths.metrics)
     return checks.same_step_one(metrics, reference)
+
+
+def _one_node(plan: Plan) -> Plan:
+    """``plan`` on one node of the same world size, plain FSDP over every rank, in out/one_node."""
+    run = replace(plan, out=plan.out / "one_node", nnodes=1, gpus_per_node=plan.world_size)
+    run.overrides = [o for o in plan.overrides if not o.startswith(_TOPOLOGY_KEYS)]
+    run.overrides += [
+        f"paths.checkpoints={run.out}/checkpoints",
+        "trainer.save_freq=-1",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={plan.world_size}",
+        *(f"actor_rollout_ref.{role}.fsdp_config.fsdp_size=-1" for role in ("actor", "ref")),
+    ]
+    return run
 
 
 def launch(plan: Plan, cluster: Cluster, steps: int, name: str, timeout_s: float) -> Finished:
