@@ -156,8 +156,8 @@ METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
     --batch_size 64 --experiment "$CONFIG" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --seed 0)
-probe() {  # MODEL_DIR NAME: the signal probe (sampled, as GRPO samples), its verdict printed
-    stage "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" > "$OUT/probe_$2.md"
+probe() {  # MODEL_DIR NAME [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed
+    stage "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" "${@:3}" > "$OUT/probe_$2.md"
     grep -E "^\| (format rate|accuracy \(success rate\)|prompts with nonzero variance) \||^\*\*Verdict" \
         "$OUT/probe_$2.md" | sed 's/^/  /'
 }
@@ -195,8 +195,8 @@ grep -oE "step:[0-9]+ - (train|val)/loss:[0-9.]+" "$OUT/sft.log" | sed -n '1p;$p
 echo "  SFT model: $SFT_MODEL"
 
 echo "== 5/7 SFT model: signal probe (the same prompts, sampling and seed), greedy eval"
-probe "$SFT_MODEL" sft
-stage "${EVAL[@]}" --model_path "$SFT_MODEL" --output "$OUT/eval_sft" reward > /dev/null
+# (--greedy_output: the greedy eval in the same process, on the model and prompts it has loaded)
+probe "$SFT_MODEL" sft --greedy_output "$OUT/eval_sft"
 
 echo "== 6/7 GRPO from the SFT model: $CONFIG, $STEPS step(s) of real verl on CPU (log: $OUT/train.log)"
 rm -f "$METRICS"  # a rerun into the same --out trains from scratch: a fresh curve
@@ -210,8 +210,8 @@ grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" \
     | sed -E 's/.*(step:[0-9]+).*(critic\/score\/mean:[0-9.e-]+).*/  \1 \2/' || true
 
 echo "== 7/7 GRPO model: eval (the same prompts, sampling and seed), report: $CHECKPOINT"
-stage "${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo_sampled" "${SAMPLED[@]}" > /dev/null
-stage "${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo" reward > /dev/null
+stage "${EVAL[@]}" --model_path "$CHECKPOINT" --output "$OUT/eval_grpo_sampled" "${SAMPLED[@]}" \
+    --greedy_output "$OUT/eval_grpo" > /dev/null
 echo
 echo "Quickstart report ($MODEL, SFT then $CONFIG, $STEPS GRPO step(s), $((SECONDS - START)) s)"
 stage "${PY[@]}" scripts/quickstart_report.py --out "$OUT" \

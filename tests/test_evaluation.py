@@ -481,6 +481,45 @@ def test_cli_refuses_an_existing_output_unless_forced(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_greedy_output_writes_the_run_reward_alone_writes(
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, capsys
+) -> None:
+    """``analyse --greedy_output G`` = ``analyse`` + ``reward --output G``, in one process: the
+    same samples and summary, byte for byte but the wall time; refused where it cannot be."""
+    argv = ["--model_path", str(tiny_model_dir), "--data", str(countdown_data), "--quiet"]
+    argv += ["--max_tokens", "3", "--limit", "3", "--batch_size", "2"]
+    greedy, alone = tmp_path / "greedy", tmp_path / "alone"
+    sampled = ["analyse", "--n", "2", "--output", str(tmp_path / "sampled")]
+    assert eval_cli.main("countdown", "t", [*argv, *sampled, "--greedy_output", str(greedy)]) == 0
+    assert f"greedy run directory: {greedy}" in capsys.readouterr().out
+    assert eval_cli.main("countdown", "t", [*argv, "reward", "--output", str(alone)]) == 0
+
+    def untimed(folder: Path) -> dict[str, object]:
+        summary = json.loads((folder / "summary.json").read_text())
+        return {k: v for k, v in summary.items() if k != records.TIMING_KEY}
+
+    assert (greedy / "samples.jsonl").read_bytes() == (alone / "samples.jsonl").read_bytes()
+    assert untimed(greedy) == untimed(alone) and untimed(greedy)["command"] == "reward"
+    assert records.load_summary(tmp_path / "sampled").header.command == "analyse"
+    analyse, new = [*argv, "analyse", "--n", "2"], str(tmp_path / "new")
+    refused = {
+        "reward decodes greedily itself": [*argv, "reward", "--greedy_output", new],
+        "is --output too": [*analyse, "--output", new, "--greedy_output", new, "--force"],
+        f"--output {greedy} already exists": [
+            *analyse,
+            "--output",
+            new,
+            "--greedy_output",
+            str(greedy),
+        ],
+    }
+    for message, line in refused.items():
+        capsys.readouterr()
+        assert eval_cli.main("countdown", "t", line) == 2
+        assert message in capsys.readouterr().err, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone", "greedy", "sampled"]
+
+
 @pytest.mark.slow  # starts wandb's service process (~6 s)
 def test_cli_wandb_offline(tmp_path: Path, countdown_data: Path, tiny_model_dir: Path) -> None:
     """The one run of the script itself, in a bare environment, as a user starts it."""

@@ -161,6 +161,11 @@ COMMON_OPTIONS = (
     ),
     Option("--force", "replace an existing --output, once the new run has completed", switch=True),
     Option(
+        "--greedy_output",
+        "passk and analyse: also decode greedily (the reward command) into this run folder, "
+        "with the model and prompts already loaded: one process where two would load them",
+    ),
+    Option(
         "--experiment",
         "sample and grade as this training experiment does: its max_response_length, rollout "
         "temperature and top_p, chat-template and reward kwargs (default: the response length "

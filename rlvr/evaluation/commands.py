@@ -11,6 +11,7 @@ docs/ERRORS.md lists what each command refuses.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from rlvr.evaluation import runs
@@ -126,6 +127,19 @@ def checked_ks(command: str, args: argparse.Namespace, sampling: SamplingSetting
     return []
 
 
+def greedy_output(args: argparse.Namespace, output_dir: Path) -> Path | None:
+    """``--greedy_output``, checked like ``--output``: passk and analyse only, another folder."""
+    if not args.greedy_output:
+        return None
+    if args.command == "reward":
+        raise EvalError("--greedy_output is for passk and analyse: reward decodes greedily itself")
+    folder = Path(args.greedy_output)
+    if folder.resolve() == output_dir.resolve():
+        raise EvalError(f"--greedy_output {folder} is --output too: give each run its own folder")
+    refuse_existing_run(folder, args.force)
+    return folder
+
+
 def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     """Every input checked, cheapest first, before the model loads; then the run."""
     from rlvr import tasks
@@ -139,6 +153,7 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     source = resolve_model(args.model_path, args.base_model)  # fails fast, before data or torch
     output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
     refuse_existing_run(output_dir, args.force)
+    greedy_dir = greedy_output(args, output_dir)
     settings = eval_settings(task, args.experiment, args.reward_kwargs, args.template_kwargs)
     data_path = args.data or str(task.eval_data)
     rows = runs.load_rows(data_path, args.limit, task)
@@ -163,14 +178,32 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         generation_eos=generation_config_eos(weights),
     )
     summary = execute(args.command, run, rows, sampling, ks)
+    if greedy_dir is not None:
+        run_greedy_too(run, rows, sampling, greedy_dir, args.batch_size)
     print(summary_markdown(summary), end="")
     print(f"\nrun directory: {output_dir}")
+    if greedy_dir is not None:
+        print(f"greedy run directory: {greedy_dir}")
     if args.wandb:
         from rlvr.evaluation.wandb_log import log_to_wandb
 
         mode = log_to_wandb(output_dir, summary, args.wandb_project)
         print(f"wandb: logged ({mode}) under {output_dir / 'wandb'}")
     return 0
+
+
+def run_greedy_too(
+    run: runs.EvalRun,
+    rows: list[runs.Row],
+    sampling: SamplingSettings,
+    folder: Path,
+    batch_size: int,
+) -> Summary:
+    """``reward`` into ``folder`` on the model and prompts ``run`` has loaded, exactly as it runs
+    alone: greedy, the same response length and seed, ``batch_size`` prompts a chunk (HF)."""
+    greedy = SamplingSettings(max_tokens=sampling.max_tokens, seed=sampling.seed)
+    chunk = batch_size if run.backend.name == "hf" else run.prompts_per_chunk
+    return runs.run_reward(replace(run, output_dir=folder, prompts_per_chunk=chunk), rows, greedy)
 
 
 def execute(
