@@ -140,6 +140,12 @@ def greedy_output(args: argparse.Namespace, output_dir: Path) -> Path | None:
     return folder
 
 
+def prompts_per_chunk(backend: str, batch_size: int, samples_per_prompt: int) -> int:
+    """Prompts per generate call. HF: enough to fill a decoding batch of ``batch_size``
+    sequences; vLLM: large chunks, it schedules itself."""
+    return max(1, batch_size // samples_per_prompt) if backend == "hf" else 256
+
+
 def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     """Every input checked, cheapest first, before the model loads; then the run."""
     from rlvr import tasks
@@ -170,8 +176,7 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         backend=backend,
         reward_kwargs=settings.reward_kwargs,
         template_kwargs=settings.template_kwargs,
-        # HF: enough prompts to fill a decoding batch; vLLM: large chunks, it schedules itself.
-        prompts_per_chunk=max(1, args.batch_size // sampling.n) if backend.name == "hf" else 256,
+        prompts_per_chunk=prompts_per_chunk(backend.name, args.batch_size, sampling.n),
         progress=not args.quiet,
         force=args.force,
         training=settings,
@@ -202,7 +207,7 @@ def run_greedy_too(
     """``reward`` into ``folder`` on the model and prompts ``run`` has loaded, exactly as it runs
     alone: greedy, the same response length and seed, ``batch_size`` prompts a chunk (HF)."""
     greedy = SamplingSettings(max_tokens=sampling.max_tokens, seed=sampling.seed)
-    chunk = batch_size if run.backend.name == "hf" else run.prompts_per_chunk
+    chunk = prompts_per_chunk(run.backend.name, batch_size, greedy.n)
     return runs.run_reward(replace(run, output_dir=folder, prompts_per_chunk=chunk), rows, greedy)
 
 

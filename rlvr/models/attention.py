@@ -5,7 +5,7 @@ With an attention mask (every left-padded batch has one), transformers 4.57's ``
 to the math path for it), so it expands each key/value head to the query heads it serves
 (``repeat_kv``): a copy of the whole KV cache, x3 for SmolLM2's 9 query and 3 key/value heads, in
 every layer at every decoding step. On a 2-core CPU that copy took 40% of a batch-64 decoding
-step (torch.profiler, ``benchmarks/gqa_attention.py``).
+step (torch.profiler); ``benchmarks/gqa_attention.py`` times decoding with and without it.
 
 ``grouped_sdpa`` runs the same attention with the query heads that share a key/value head laid
 side by side as extra query rows: ``(batch, kv_heads, groups x queries, dim)`` against the keys
@@ -19,12 +19,24 @@ causal call without a mask, a per-head mask, dropout, a non-CPU device) go to ``
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 GROUPED_SDPA = "rlvr_grouped_sdpa"
+
+
+@functools.cache
+def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """transformers' ``sdpa`` and torch's kernel, imported once (this module stays importable
+    without torch: the eval CLI checks its inputs before torch loads)."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward, torch.nn.functional.scaled_dot_product_attention
 
 
 def grouped_sdpa(
@@ -40,9 +52,7 @@ def grouped_sdpa(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query (batch, heads, queries, dim), key and
     value (batch, kv_heads, keys, dim); returns (batch, queries, heads, dim), as ``sdpa`` does."""
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    sdpa_attention_forward, scaled_dot_product_attention = _kernels()
     batch, heads, queries, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
@@ -66,9 +76,7 @@ def grouped_sdpa(
     if attention_mask is not None:
         mask = attention_mask[:, :, :, : key.shape[-2]]
         mask = mask.expand(-1, groups, -1, -1).reshape(batch, 1, groups * queries, -1)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        grouped_query, key, value, attn_mask=mask, scale=scaling
-    )
+    out = scaled_dot_product_attention(grouped_query, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(batch, heads, queries, dim).transpose(1, 2).contiguous(), None
 
 

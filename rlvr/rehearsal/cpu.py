@@ -92,7 +92,7 @@ def rehearse(plan: Plan, timeout_s: float) -> int:
         train = runner.step("train 2 steps", lambda: launch(plan, cluster, 2, "train", timeout_s))
         peak, machine = train.peak_bytes, train.peak_machine_bytes
         world, actor = plan.world_size, plan.actor_dir
-        config = _config(plan)
+        config = plan.config()
         metrics = Path(config.paths.metrics)
         if plan.nnodes > 1:
             runner.step("topology", lambda: topology(plan, metrics))
@@ -129,17 +129,10 @@ def cleanup_row(left: list[int], stopped: int) -> tuple[str, str, str]:
     return ("cleanup", "FAIL" if left else "ok", detail)
 
 
-def _config(plan: Plan) -> Any:
-    """The config the rehearsal's launches compose."""
-    from rlvr.config.compose import compose
-
-    return compose(plan.experiment, plan.overrides)
-
-
 def _gradient_scale(plan: Plan) -> str:
     """Before any launch: a wrong gradient scale runs without an error, so catch it first."""
     worlds = [plan.real_world_size, plan.world_size]
-    return checks.gradient_scale(_config(plan), plan.out / "models/tiny", worlds)
+    return checks.gradient_scale(plan.config(), plan.out / "models/tiny", worlds)
 
 
 def resumed(plan: Plan, metrics: Path, known: tuple[set[Path], int]) -> str:

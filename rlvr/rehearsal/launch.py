@@ -125,10 +125,7 @@ def one_node_step_one(plan: Plan, timeout_s: float) -> Finished:
 def topology(plan: Plan, metrics: Path) -> str:
     """Step 1 of the plan's run on its cluster (``metrics``, its metrics.jsonl) against the
     one-node run's (where that run's own config logs them)."""
-    from rlvr.config.compose import compose
-
-    one_node = _one_node(plan)
-    reference = Path(compose(one_node.experiment, one_node.overrides).paths.metrics)
+    reference = Path(_one_node(plan).config().paths.metrics)
     return checks.same_step_one(metrics, reference)
 
 

@@ -39,6 +39,12 @@ class Plan:
     def actor_dir(self) -> Path:
         return self.out / f"checkpoints/{self.experiment}/global_step_2/actor"
 
+    def config(self) -> Any:
+        """The config this plan's launches compose (``compose`` caches it)."""
+        from rlvr.config.compose import compose
+
+        return compose(self.experiment, self.overrides)
+
 
 def make_plan(
     experiment: str, out: Path, gpus_per_node: int | None, objective: str = "grpo"
