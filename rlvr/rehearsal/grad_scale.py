@@ -34,7 +34,7 @@ from typing import Any
 
 from rlvr.config.batching import Batching, batching
 
-PROMPT_TOKENS, RESPONSE_TOKENS = 16, 32
+PROMPT_TOKENS, RESPONSE_TOKENS = 4, 8
 TOLERANCE = 1e-3  # fp32; a wrong scale is off by a factor, not a rounding
 
 
