@@ -11,7 +11,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 WORLD = 4
-pytestmark = pytest.mark.no_cuda
+# One xdist worker runs the module, so its four spawned ranks (four_ranks) start once, not once
+# per worker that gets one of its tests.
+pytestmark = [pytest.mark.no_cuda, pytest.mark.xdist_group("cpu_collectives")]
 
 
 def _model() -> torch.nn.Module:
