@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_files import GPU_EXPERIMENTS, choices, overlay
 from omegaconf import DictConfig, OmegaConf
 
 from rlvr.config.compose import CONFIG_DIR, compose, experiments, validate
@@ -17,44 +18,6 @@ GROUPS = ("task", "base_model", "hardware", "adapter", "objective")
 # objective/ is picked by grpo.yaml (default grpo, objective=NAME to change); base_model/ is a
 # command-line preset only (each experiment lists `base_model: null` after _self_).
 EXPERIMENT_GROUPS = ("task", "hardware", "adapter")
-
-
-def overlay(name: str) -> DictConfig:
-    """An overlay file (``group/name``) merged with what its own `defaults` list, as Hydra does."""
-    raw = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
-    assert isinstance(raw, DictConfig)
-    entries = list(raw.pop("defaults", []))
-    merged: Any = OmegaConf.create()
-    for entry in entries if "_self_" in entries else [*entries, "_self_"]:
-        if entry == "_self_":
-            part = raw
-        else:
-            part = overlay(entry[1:] if entry.startswith("/") else f"{Path(name).parent}/{entry}")
-        merged = OmegaConf.merge(merged, part)
-    return merged
-
-
-def choices(experiment: str) -> dict[str, str]:
-    """The overlay an experiment picks in each group, from its `defaults` list (a null pick,
-    base_model's, is no choice)."""
-    defaults = OmegaConf.load(CONFIG_DIR / f"{experiment}.yaml").defaults
-    return {
-        str(group): str(name)
-        for entry in defaults
-        if isinstance(entry, DictConfig)
-        for group, name in entry.items()
-        if name is not None
-    }
-
-
-def is_gpu(experiment: str) -> bool:
-    return (
-        overlay(f"hardware/{choices(experiment)['hardware']}").actor_rollout_ref.rollout.name
-        != "hf"
-    )
-
-
-GPU_EXPERIMENTS = [e for e in experiments() if is_gpu(e)]
 
 
 @pytest.mark.parametrize("experiment", experiments())

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from config_files import GPU_EXPERIMENTS
 
-from rlvr.config.compose import compose, experiments
+from rlvr.config.compose import compose
 from rlvr.models.architectures import ARCHITECTURES
 from rlvr.planning import memory_model as mm
 from rlvr.planning.memory_plan import Machine, architecture, main, plan, run_shape
@@ -21,7 +22,6 @@ import memory_plan_vs_measured as calibration  # noqa: E402
 
 GIB = 2**30
 A100 = Machine("A100 80GB", 80 * GIB, 1152 * GIB, "test")
-GPU_EXPERIMENTS = [e for e in experiments() if compose(e).actor_rollout_ref.rollout.name == "vllm"]
 
 
 def test_hand_computed_update_of_qwen2_5_0_5b() -> None:

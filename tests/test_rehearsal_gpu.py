@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from config_files import GPU_EXPERIMENTS
 
 from rlvr.rehearsal import gpu as rehearsal_gpu
 from rlvr.rehearsal import peak as rehearsal_peak
@@ -18,14 +19,6 @@ from rlvr.rehearsal.checks import RehearsalFailure
 from rlvr.rehearsal.cpu import main
 
 GIB = 2**30
-GPU_EXPERIMENTS = [
-    "countdown_qwen3_4b",
-    "countdown_qwen3_4b_lora",
-    "countdown_qwen3_4b_2nodes",
-    "countdown_qwen2_5_3b_lora_1gpu",
-    "gsm8k_qwen2_5_3b",
-    "gsm8k_qwen2_5_0_5b_1gpu",
-]
 
 
 @pytest.mark.parametrize(
