@@ -52,6 +52,7 @@ def run_bounded(
     return done.output
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests form one xdist group (``--dist loadgroup`` in pyproject.toml): one worker
     runs them one after another, as each needs the machine's memory and cores to itself."""
