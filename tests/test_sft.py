@@ -5,6 +5,7 @@ and the CPU fixes' guards."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -198,6 +199,36 @@ def test_fp32_only_where_the_cpu_lacks_native_bf16(
         monkeypatch.setenv("RLVR_SFT_FP32", forced)
     assert (sft._fp32_fsdp2 in sft.cpu_fixes()) is fp32
     assert sft._sdpa_attention in sft.cpu_fixes()
+
+
+def test_cpu_batches_are_verls_batches_made_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU the trainer's loaders make their batches in its own process, unpinned; for the
+    trainer's shuffled sampler they are verl's loader's batches (worker processes), in order."""
+    import torch
+    from torch.utils.data import DistributedSampler
+    from verl.trainer import fsdp_sft_trainer
+
+    from rlvr.cpu import sft
+
+    verls = fsdp_sft_trainer.StatefulDataLoader
+    monkeypatch.setattr(fsdp_sft_trainer, "StatefulDataLoader", verls)  # restored afterwards
+    sft._cpu_batches()
+    ours = fsdp_sft_trainer.StatefulDataLoader
+    rows = [{"input_ids": torch.arange(i, i + 4)} for i in range(24)]
+
+    def batches(loader_class: type, **kwargs: Any) -> tuple[Any, list[Any]]:
+        sampler = DistributedSampler(rows, shuffle=True, num_replicas=1, rank=0, drop_last=True)
+        loader = loader_class(
+            dataset=rows, batch_size=4, sampler=sampler, num_workers=2, drop_last=True, **kwargs
+        )
+        return loader, [batch["input_ids"] for batch in loader]
+
+    loader, made_here = batches(ours, pin_memory=True, pin_memory_device="cuda")
+    assert loader.num_workers == 0 and not loader.pin_memory
+    _, made_by_workers = batches(verls)  # unpinned: there is no CUDA to pin for
+    assert len(made_here) == 6 and made_here[0].tolist() != list(range(4))  # shuffled
+    for here, there in zip(made_here, made_by_workers, strict=True):
+        assert torch.equal(here, there)
 
 
 def test_torch_still_has_the_bf16_checks() -> None:
