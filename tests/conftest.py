@@ -52,6 +52,20 @@ def run_bounded(
     return done.output
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker computes with its share of the cores. Torch's default is one thread per
+    core in every worker, so ``-n auto`` ran cores x cores threads, and OpenMP's threads spin
+    waiting on each other: the tiny model's greedy-decoding test took 12 s on 2 cores under
+    ``-n 2`` and 0.14 s alone. In this process only: the runs a test starts keep their own
+    defaults (a slow run sharing the machine with no fast test needs all of it)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        return
+    import torch
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests form one xdist group (``--dist loadgroup`` in pyproject.toml): one worker
