@@ -220,12 +220,13 @@ def test_precedence_overlays_then_the_experiment_then_base_model_then_the_comman
     assert str(own).endswith("artifacts/models/smollm2-135m-instruct")
 
 
-# The knob's line (its key, at any indent) and the new value written there.
+# The knob's line (its key, at any indent) and the new value written there; each experiment
+# gets its own values (its index added), so an edit that reached another experiment would show.
 EDITS = {
-    "actor_rollout_ref.actor.optim.lr": ("lr", "3.3e-7"),
-    "actor_rollout_ref.rollout.n": ("n", "5"),
-    "data.max_response_length": ("max_response_length", "333"),
-    "custom_reward_function.reward_kwargs.format_score": ("format_score", "0.05"),
+    "actor_rollout_ref.actor.optim.lr": ("lr", "3.{}e-7"),
+    "actor_rollout_ref.rollout.n": ("n", "5{}"),
+    "data.max_response_length": ("max_response_length", "33{}"),
+    "custom_reward_function.reward_kwargs.format_score": ("format_score", "0.05{}"),
 }
 
 
@@ -239,13 +240,25 @@ def edit_line(path: Path, key: str, value: str) -> None:
     path.write_text("".join(lines))
 
 
-def compose_all(config_dir: Path, root: Path) -> dict[str, dict[str, Any]]:
-    """Every experiment composed from ``config_dir`` as Hydra composes it, resolved."""
+def edit_experiment(config_dir: Path, experiment: str) -> dict[str, float]:
+    """The one-line edits of ``experiment``'s file; the values written, by dotted key."""
+    index = experiments().index(experiment)
+    written = {}
+    for dotted, (key, value) in EDITS.items():
+        edit_line(config_dir / f"{experiment}.yaml", key, value.format(index))
+        written[dotted] = float(value.format(index))
+    return written
+
+
+def compose_all(
+    config_dir: Path, root: Path, names: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Experiments (default: all) composed from ``config_dir`` as Hydra composes them, resolved."""
     from hydra import compose, initialize_config_dir
 
     composed = {}
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        for experiment in experiments():
+        for experiment in names or experiments():
             config = compose(config_name=experiment, overrides=[f"paths.root={root}"])
             container = OmegaConf.to_container(config, resolve=True)
             assert isinstance(container, dict)
@@ -258,32 +271,53 @@ def originals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     return compose_all(CONFIG_DIR, tmp_path_factory.mktemp("root"))
 
 
+@pytest.fixture(scope="module")
+def all_edited(
+    originals: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """Every experiment composed from one copy in which every experiment's file is edited."""
+    copy = tmp_path_factory.mktemp("all_edited") / "configs"
+    shutil.copytree(CONFIG_DIR, copy)
+    for experiment in experiments():
+        edit_experiment(copy, experiment)
+    return compose_all(copy, Path(next(iter(originals.values()))["paths"]["root"]))
+
+
 @pytest.mark.parametrize("experiment", experiments())
 def test_one_line_edits_move_only_that_experiment(
-    experiment: str, originals: dict[str, dict[str, Any]], tmp_path: Path
+    experiment: str,
+    originals: dict[str, dict[str, Any]],
+    all_edited: dict[str, dict[str, Any]],
+    tmp_path: Path,
 ) -> None:
+    """The experiment's own edits move its knobs, and the other experiments' edits leave it
+    as its own edits alone make it: composed with every file edited, it equals its compose with
+    only its own file edited. An edit of another file that reached it (an experiment or overlay
+    it reads) would show there, with that file's own values; the control test below shows one."""
     copy = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, copy)
-    for key, value in EDITS.values():
-        edit_line(copy / f"{experiment}.yaml", key, value)
+    written = edit_experiment(copy, experiment)
     root = Path(originals[experiment]["paths"]["root"])
-    edited = compose_all(copy, root)
-    for dotted, (_, value) in EDITS.items():
-        new = OmegaConf.select(OmegaConf.create(edited[experiment]), dotted)
+    edited = compose_all(copy, root, [experiment])[experiment]
+    for dotted, value in written.items():
+        new = OmegaConf.select(OmegaConf.create(edited), dotted)
         old = OmegaConf.select(OmegaConf.create(originals[experiment]), dotted)
-        assert new == float(value) != old, (experiment, dotted)
-    for other in experiments():
-        if other != experiment:
-            assert edited[other] == originals[other], f"editing {experiment} changed {other}"
+        assert new == value != old, (experiment, dotted)
+    assert all_edited[experiment] == edited, f"another experiment's edit changed {experiment}"
 
 
-def test_the_edit_is_seen_when_it_lands_in_a_shared_overlay(tmp_path: Path) -> None:
-    """The control: the same kind of edit in a file two experiments share (hardware/a100x8.yaml)
-    moves both, which the check above would catch."""
+def test_an_edit_that_reaches_another_experiment_is_caught(
+    originals: dict[str, dict[str, Any]], all_edited: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The control: beside every experiment's edits, one edit in a file two experiments share
+    (hardware/a100x8.yaml) makes their composes differ from their every-file-edited ones, which
+    equal their own-edits-only ones above; so the check above fails for both."""
     copy = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, copy)
+    for experiment in experiments():
+        edit_experiment(copy, experiment)
     edit_line(copy / "hardware/a100x8.yaml", "gpu_memory_utilization", "0.55")
-    root = tmp_path / "root"
-    before, after = compose_all(CONFIG_DIR, root), compose_all(copy, root)
-    moved = {e for e in experiments() if before[e] != after[e]}
-    assert {"countdown_qwen3_4b", "countdown_qwen3_4b_lora"} <= moved
+    shared = ["countdown_qwen3_4b", "countdown_qwen3_4b_lora"]
+    root = Path(originals[shared[0]]["paths"]["root"])
+    leaked = compose_all(copy, root, shared)
+    assert [leaked[e] != all_edited[e] for e in shared] == [True, True]
