@@ -238,20 +238,24 @@ def data(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory)
 def test_the_task_registers_composes_and_passes_preflight(
     repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path
 ) -> None:
+    """The registry's ``list`` command, compose and pre-flight's ``main``, in one interpreter of
+    the copy (one start, not three: each is a plain call of what ``python -m`` runs)."""
     copy, _ = repo
-    listed = _python(copy, "-m", "rlvr.tasks", "list")
-    assert f"{TASK}: Parity" in listed.stdout, listed.stderr
-    composed = _python(
-        copy, "-c",
-        "from rlvr import tasks; from rlvr.config.compose import compose, validate\n"
-        f"config = compose({EXPERIMENT!r}); validate(config)\n"
-        "print('task', tasks.for_config(config).name, config.custom_reward_function.path)",
-    )  # fmt: skip
-    assert f"task {TASK} {copy}/rewards/{TASK}.py" in composed.stdout, composed.stderr
     run = [f"paths.data={data}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
-    checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
-    assert checked.returncode == 0, checked.stderr
-    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in checked.stdout
+    done = _python(
+        copy, "-c",
+        "import sys\n"
+        "from rlvr import tasks; from rlvr.config.compose import compose, validate\n"
+        "from rlvr.preflight import checks; from rlvr.tasks.__main__ import main as tasks_cli\n"
+        "assert tasks_cli(['list']) == 0\n"
+        f"config = compose({EXPERIMENT!r}); validate(config)\n"
+        "print('task', tasks.for_config(config).name, config.custom_reward_function.path)\n"
+        f"sys.exit(checks.main([{EXPERIMENT!r}, *{run!r}]))",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{TASK}: Parity" in done.stdout
+    assert f"task {TASK} {copy}/rewards/{TASK}.py" in done.stdout
+    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in done.stdout
 
 
 def test_eval_grades_with_the_tasks_reward(
