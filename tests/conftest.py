@@ -58,12 +58,28 @@ def pytest_configure(config: pytest.Config) -> None:
     waiting on each other: the tiny model's greedy-decoding test took 12 s on 2 cores under
     ``-n 2`` and 0.14 s alone. In this process only: the runs a test starts keep their own
     defaults (a slow run sharing the machine with no fast test needs all of it)."""
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if workers is None:
+    threads = _worker_threads()
+    if threads is None:
         return
     import torch
 
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+    torch.set_num_threads(threads)
+
+
+def _worker_threads() -> int | None:
+    """An xdist worker's share of the cores; None outside xdist."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    return None if workers is None else max(1, len(os.sched_getaffinity(0)) // int(workers))
+
+
+@pytest.fixture(autouse=True)
+def _children_share_the_cores(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """The interpreters a fast test starts (an eval, a gradient check) take the worker's share
+    too, through OMP_NUM_THREADS (torch's default thread count); a slow test's runs keep the
+    machine's, as they run alone once the fast tests are done."""
+    threads = _worker_threads()
+    if threads is not None and request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
