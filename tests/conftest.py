@@ -56,8 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """An xdist worker computes with its share of the cores. Torch's default is one thread per
     core in every worker, so ``-n auto`` ran cores x cores threads, and OpenMP's threads spin
     waiting on each other: the tiny model's greedy-decoding test took 12 s on 2 cores under
-    ``-n 2`` and 0.14 s alone. In this process only: the runs a test starts keep their own
-    defaults (a slow run sharing the machine with no fast test needs all of it)."""
+    ``-n 2`` and 0.14 s alone. This sets the worker's own torch; the interpreters its fast
+    tests start get the same share from the fixture below."""
     threads = _worker_threads()
     if threads is None:
         return
