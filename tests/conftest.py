@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import tempfile
@@ -66,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(threads)
 
 
+@functools.cache  # fixed for the worker's life; the fixture below asks once per test
 def _worker_threads() -> int | None:
     """An xdist worker's share of the cores; None outside xdist."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")

@@ -244,10 +244,20 @@ def edit_experiment(config_dir: Path, experiment: str) -> dict[str, float]:
     """The one-line edits of ``experiment``'s file; the values written, by dotted key."""
     index = experiments().index(experiment)
     written = {}
-    for dotted, (key, value) in EDITS.items():
-        edit_line(config_dir / f"{experiment}.yaml", key, value.format(index))
-        written[dotted] = float(value.format(index))
+    for dotted, (key, template) in EDITS.items():
+        value = template.format(index)
+        edit_line(config_dir / f"{experiment}.yaml", key, value)
+        written[dotted] = float(value)
     return written
+
+
+def every_experiment_edited(folder: Path) -> Path:
+    """A copy of configs/ in ``folder`` with every experiment's file edited; its path."""
+    copy = folder / "configs"
+    shutil.copytree(CONFIG_DIR, copy)
+    for experiment in experiments():
+        edit_experiment(copy, experiment)
+    return copy
 
 
 def compose_all(
@@ -267,25 +277,26 @@ def compose_all(
 
 
 @pytest.fixture(scope="module")
-def originals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    return compose_all(CONFIG_DIR, tmp_path_factory.mktemp("root"))
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The paths.root every compose of this module gets."""
+    return tmp_path_factory.mktemp("root")
 
 
 @pytest.fixture(scope="module")
-def all_edited(
-    originals: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, dict[str, Any]]:
+def originals(root: Path) -> dict[str, dict[str, Any]]:
+    return compose_all(CONFIG_DIR, root)
+
+
+@pytest.fixture(scope="module")
+def all_edited(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every experiment composed from one copy in which every experiment's file is edited."""
-    copy = tmp_path_factory.mktemp("all_edited") / "configs"
-    shutil.copytree(CONFIG_DIR, copy)
-    for experiment in experiments():
-        edit_experiment(copy, experiment)
-    return compose_all(copy, Path(next(iter(originals.values()))["paths"]["root"]))
+    return compose_all(every_experiment_edited(tmp_path_factory.mktemp("all_edited")), root)
 
 
 @pytest.mark.parametrize("experiment", experiments())
 def test_one_line_edits_move_only_that_experiment(
     experiment: str,
+    root: Path,
     originals: dict[str, dict[str, Any]],
     all_edited: dict[str, dict[str, Any]],
     tmp_path: Path,
@@ -297,7 +308,6 @@ def test_one_line_edits_move_only_that_experiment(
     copy = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, copy)
     written = edit_experiment(copy, experiment)
-    root = Path(originals[experiment]["paths"]["root"])
     edited = compose_all(copy, root, [experiment])[experiment]
     for dotted, value in written.items():
         new = OmegaConf.select(OmegaConf.create(edited), dotted)
@@ -307,17 +317,13 @@ def test_one_line_edits_move_only_that_experiment(
 
 
 def test_an_edit_that_reaches_another_experiment_is_caught(
-    originals: dict[str, dict[str, Any]], all_edited: dict[str, dict[str, Any]], tmp_path: Path
+    root: Path, all_edited: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
     """The control: beside every experiment's edits, one edit in a file two experiments share
     (hardware/a100x8.yaml) makes their composes differ from their every-file-edited ones, which
     equal their own-edits-only ones above; so the check above fails for both."""
-    copy = tmp_path / "configs"
-    shutil.copytree(CONFIG_DIR, copy)
-    for experiment in experiments():
-        edit_experiment(copy, experiment)
+    copy = every_experiment_edited(tmp_path)
     edit_line(copy / "hardware/a100x8.yaml", "gpu_memory_utilization", "0.55")
     shared = ["countdown_qwen3_4b", "countdown_qwen3_4b_lora"]
-    root = Path(originals[shared[0]]["paths"]["root"])
     leaked = compose_all(copy, root, shared)
     assert [leaked[e] != all_edited[e] for e in shared] == [True, True]
