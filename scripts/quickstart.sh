@@ -170,6 +170,10 @@ if [[ "$DRY_RUN" == 1 ]]; then
     exit 0
 fi
 mkdir -p "$OUT"  # only now: every check above has passed
+# Both training stages start fresh (resume disabled), so they save only the loadable model
+# (huggingface/): verl's resumable model, optimizer and RNG shards would be 1.6 GB more per stage,
+# written for nothing.
+LOADABLE_ONLY="[hf_model]"
 # Each stage's wall seconds (stages.sh); not exported: launch_sft.sh's own stages stay out.
 STAGE_TIMES="$OUT/stage_times.jsonl"; export -n STAGE_TIMES; : > "$STAGE_TIMES"
 echo "== 1/7 data: generated Countdown tasks with SFT columns -> $DATA"
@@ -186,8 +190,8 @@ probe "$BASE_MODEL_DIR" base
 echo "== 4/7 SFT warm start: verl's SFT trainer on $SFT_ROWS known solutions (log: $OUT/sft.log)"
 stage timeout 1800 bash scripts/launch_sft.sh "$CONFIG" trainer.experiment_name="$RUN" \
     data.train_max_samples="$SFT_ROWS" model.partial_pretrain="$ROOT/$BASE_MODEL_DIR" \
-    trainer.resume_mode=disable paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" \
-    > "$OUT/sft.log" 2>&1 \
+    trainer.resume_mode=disable "trainer.checkpoint.save_contents=$LOADABLE_ONLY" \
+    paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/sft.log" 2>&1 \
     || { tail -30 "$OUT/sft.log"; echo "SFT failed; full log: $OUT/sft.log" >&2; exit 1; }
 SFT_MODEL="$("${PY[@]}" -m rlvr.train.sft_config "$CONFIG" trainer.experiment_name="$RUN" \
     paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" --model)"
@@ -204,6 +208,7 @@ stage timeout 3600 bash scripts/train.sh "$CONFIG" "${OVERRIDES[@]}" trainer.exp
     actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \
+    "actor_rollout_ref.actor.checkpoint.save_contents=$LOADABLE_ONLY" \
     paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/train.log" 2>&1 \
     || { tail -30 "$OUT/train.log"; echo "training failed; full log: $OUT/train.log" >&2; exit 1; }
 grep -E "step:[0-9]+ .*critic/score/mean" "$OUT/train.log" \
