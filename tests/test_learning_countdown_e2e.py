@@ -103,7 +103,7 @@ def _check_outputs(qs: Path, output: str) -> dict[str, Any]:
     Returns the report json, for the headline's checks."""
     report = json.loads((qs / "quickstart_report.json").read_text())
     steps, experiment = report["steps"], "countdown_smollm2_cpu"
-    assert report["experiment"] == experiment and steps == 6
+    assert report["experiment"] == experiment and steps == 8
     assert f"Quickstart report (smollm2, SFT then {experiment}, {steps} GRPO step(s)" in output
     assert output.count("**Verdict:") == 2  # the probes of the base and of the SFT model
     assert "| sampled pass@1 (success rate) |" in output and "| greedy mean score |" in output
