@@ -265,3 +265,19 @@ def test_rows_stop_at_eos_without_disturbing_the_rest(backend: HFBackend) -> Non
         assert len(full.logprobs) == 12
     reasons = [generation.finish_reason for (generation,) in results]
     assert reasons[0] == "stop" and "length" in reasons  # a batch with both kinds of row
+
+
+def test_a_second_pass_over_the_same_prompts_prefills_nothing(tiny_model_dir: Path) -> None:
+    """On a CPU the greedy pass of ``--greedy_output`` reuses the sampled pass's prefill, and
+    decodes what a fresh backend decodes, token for token and log-prob for log-prob."""
+    settings = SamplingSettings(max_tokens=6)
+    used = HFBackend(resolve_model(str(tiny_model_dir)), batch_size=4)
+    prompts = _prompts(used.tokenizer)
+    used.generate(prompts, SamplingSettings(n=2, temperature=1.0, max_tokens=6))
+    assert used.prefills is not None and used.prefills.computed == len(prompts)
+    again = used.generate(prompts, settings)
+    assert used.prefills.computed == len(prompts)
+    fresh = HFBackend(resolve_model(str(tiny_model_dir)), batch_size=4).generate(prompts, settings)
+    assert again == fresh
+    used.generate([prompts[0] + [7]], settings)  # control: a new prompt is prefilled
+    assert used.prefills.computed == len(prompts) + 1

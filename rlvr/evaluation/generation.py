@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from rlvr.evaluation.errors import EvalError
 from rlvr.evaluation.model_source import ModelSource, load_failure, load_tokenizer
 from rlvr.models.attention import register as register_grouped_sdpa
-from rlvr.models.prefill import shared_prompt_cache
+from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
 
 
 @dataclass
@@ -124,6 +124,9 @@ class HFBackend:
             else self.tokenizer.eos_token_id
         )
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
+        # On a CPU each prompt's prefill is kept: --greedy_output decodes the sampled run's
+        # prompts again (rlvr/models/prefill.py); a GPU prefills each batch at once instead.
+        self.prefills = PromptPrefills(self.model) if device == "cpu" else None
 
     def generate(
         self, prompts: Sequence[list[int]], sampling: SamplingSettings
@@ -177,7 +180,10 @@ class HFBackend:
         recorder = _RawLogprobs()
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         # n samples of a prompt share one prefill (jobs come grouped by prompt)
-        cache = shared_prompt_cache(self.model, input_ids, mask)
+        if self.prefills is not None:
+            cache = self.prefills.cache(prompts)
+        else:
+            cache = shared_prompt_cache(self.model, input_ids, mask)
         with torch.no_grad():
             sequences = self.model.generate(
                 input_ids=input_ids,
