@@ -7,15 +7,16 @@ and copies the KV cache to each of its rows; ``generate`` then starts from that 
 the last prompt token itself), and samples exactly as without it. Used by the CPU rollout
 (``rlvr.cpu.rollout``) and the eval's HF backend on GPUs (``rlvr.evaluation.generation``).
 
-``PromptPrefills`` is the eval's CPU path: each distinct prompt's KV cache computed alone and kept
+``PromptPrefills`` is the eval's CPU path: each distinct prompt's KV cache computed once and kept
 for the model's life. An eval with ``--greedy_output`` decodes the same prompts twice, sampled
 then greedy; the second pass then reuses the first's prefill, which on a CPU is most of a greedy
 run (96 prompts of about 100 tokens: 13 of 17 s). A prompt's cache must not depend on the batch
 it first came in, or a run would decode differently after another in the same process. New
 prompts are prefilled in batches of equal length, without padding: each row then goes through
-exactly the operations it would alone, and on this CPU the caches are bitwise those of a
-batch of one (SmolLM2-135M, the quickstart's 96 prompts: every layer of every prompt;
-``tests/test_prefill.py`` checks it on each machine CI runs on). One at a time is 40% slower.
+the operations it would alone, and on the CPU measured (AMD EPYC, AVX-512) the caches were
+bitwise those of a batch of one (SmolLM2-135M, the quickstart's 96 prompts: every layer of every
+prompt). ``tests/test_prefill.py`` checks it on each machine CI runs on. One prompt at a time
+would be 40% slower.
 """
 
 from __future__ import annotations
