@@ -214,16 +214,86 @@ def test_two_nodes_wait_out_rank_zeros_hf_model_save() -> None:
     assert compose("countdown_qwen3_4b").actor_rollout_ref.nccl_timeout == 600
 
 
+# Value overrides of each kind Hydra applies after merging the files: compose() applies them
+# to a kept merge, so each must land as Hydra's own would.
+VALUE_OVERRIDES = [
+    "trainer.total_training_steps=7",
+    "+trainer.added=[1,2]",
+    "actor_rollout_ref.actor.optim.lr=2e-5",
+    "++trainer.save_freq=3",
+    "trainer.total_training_steps=9",  # the later value wins
+    "~trainer.added",
+    "data.val_files=null",
+]
+
+
 def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
-    """compose() caches configs without their root and sets paths.root on the copy: the result,
-    resolved, is what Hydra composes with that root itself, for every experiment."""
+    """compose() caches configs without their root or value overrides and applies both to the
+    copy: the result, resolved, is what Hydra composes itself (with the experiment's own
+    pkg:// search path): every experiment with value overrides, one with a group choice among
+    them too, and one without."""
     from rlvr.config.compose import _compose
 
-    for experiment in experiments():
-        ours = OmegaConf.to_container(compose(experiment, root=tmp_path), resolve=True)
-        hydra = _compose(experiment, [f"paths.root={tmp_path}"])
-        assert ours == OmegaConf.to_container(hydra, resolve=True), experiment
-        assert str(tmp_path) in ours["trainer"]["default_local_dir"]  # type: ignore[index]
+    cases = [("countdown_cpu", []), ("countdown_cpu", ["objective=dapo", *VALUE_OVERRIDES])]
+    cases += [(experiment, VALUE_OVERRIDES) for experiment in experiments()]
+    for experiment, overrides in cases:
+        ours = compose(experiment, overrides, root=tmp_path)
+        hydra = _compose(experiment, [f"paths.root={tmp_path}", *overrides])
+        assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(hydra)
+        mine = OmegaConf.to_container(ours, resolve=True)
+        assert mine == OmegaConf.to_container(hydra, resolve=True), (experiment, overrides)
+        assert str(tmp_path) in mine["trainer"]["default_local_dir"]  # type: ignore[index]
+    assert mine["trainer"]["total_training_steps"] == 9 and "added" not in mine["trainer"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.no_such_key=1"],
+        ["+trainer.total_training_steps=3"],
+        ["~trainer.no_such_key"],
+        ["~trainer.total_training_steps=12345"],
+        ["trainer.total_training_steps=1,2"],
+        ["trainer.total_training_steps=[1,"],
+        ["objective=dapo", "trainer.total_training_steps.deeper=1"],
+        ["actor_rollout_ref.actor@x.optim.lr=1"],
+    ],
+)
+def test_a_bad_value_override_fails_as_in_hydras_own_compose(overrides: list[str]) -> None:
+    """The same exception and message as Hydra's whole compose: the one-line translations
+    (compose_checked) read Hydra's messages."""
+    from rlvr.config.compose import _compose, _search_overrides, _task_config_dirs
+
+    with pytest.raises(Exception) as ours:
+        compose("countdown_cpu", overrides)
+    with pytest.raises(Exception) as hydra:
+        _compose("countdown_cpu", [*_search_overrides(_task_config_dirs()), *overrides])
+    assert (type(ours.value), str(ours.value)) == (type(hydra.value), str(hydra.value))
+
+
+def test_only_value_overrides_skip_the_merge(tmp_path: Path) -> None:
+    """Group choices, Hydra's own keys, sweeps, packages and a dotted name that is a group
+    folder go through Hydra's whole compose; dotted keys are applied to a copy."""
+    from rlvr.config.compose import _split_overrides
+
+    (tmp_path / "odd.group").mkdir()
+    lines = [
+        "objective=dapo",
+        "+base_model=tiny",
+        "seed=3",
+        "hydra.run.dir=x",
+        "a.b=1,2",
+        "a.b@pkg=1",
+        "odd.group=x",
+        "data.train_files=x",
+        "+a.new=1",
+        "~a.old",
+        "++a.forced=2",
+    ]
+    choices, values = _split_overrides(lines, [tmp_path])
+    assert choices == lines[:7]
+    assert [v.input_line for v in values] == lines[7:]
+    assert _split_overrides(["a.b=[1,"], []) == (["a.b=[1,"], [])  # Hydra's own parse error
 
 
 ONE_GPU = {"gsm8k_qwen2_5_0_5b_1gpu": 0, "countdown_qwen2_5_3b_lora_1gpu": 32}  # LoRA rank

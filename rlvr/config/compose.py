@@ -53,24 +53,75 @@ def _task_config_dirs() -> list[str]:
 def compose(
     experiment: str, overrides: list[str] | None = None, root: str | Path | None = None
 ) -> Any:
-    """The experiment's full config as the launcher would build it (``paths.root`` set): a copy
-    of its own, composed once per set of config files (Hydra re-reads and merges every file,
-    about 0.25 s, and pre-flight, eval, the sweep and the tests compose the same experiments
-    again and again). ``paths.root`` is a plain value every path interpolates from, so it is
-    set on the copy rather than being part of what is cached."""
+    """The experiment's full config as the launcher would build it (``paths.root`` set).
+
+    Hydra re-reads and merges every file on each compose (about 0.2 s), and pre-flight, eval,
+    the sweep and the tests compose the same experiments again and again with a different
+    value here and there. Only the experiment and its group choices (``objective=dapo``) decide
+    which files are merged; Hydra applies ``key.path=value`` overrides to the merged config
+    afterwards, in order. So the merge is kept once per experiment and group choices, and each
+    call applies its value overrides to a copy with Hydra's own function for that step. The
+    result equals Hydra's whole compose, errors included (tests/test_config.py compares them).
+    ``paths.root`` is a plain value every path interpolates from: set on the copy too."""
     overrides = list(overrides or [])
     task_dirs = _task_config_dirs()
-    search_path = ",".join([_verl_configs(), *(f"file://{d}" for d in task_dirs)])
-    hydra_overrides = [f"paths.root={CONFIG_DIR.parent}", f"hydra.searchpath=[{search_path}]"]
-    key = (experiment, tuple(overrides), _config_files_stamp(task_dirs))
+    choices, values = _split_overrides(overrides, [CONFIG_DIR, *map(Path, task_dirs)])
+    key = (experiment, tuple(choices), _config_files_stamp(task_dirs))
     if key not in _composed:
         if len(_composed) >= MAX_CACHED_CONFIGS:
             _composed.clear()
-        _composed[key] = _compose(experiment, [*hydra_overrides, *overrides])
+        _composed[key] = _compose(experiment, [*_search_overrides(task_dirs), *choices])
     config = copy.deepcopy(_composed[key])
+    if values:
+        # The step of Hydra's own compose that applies them, private in hydra-core 1.3.2 (pinned
+        # in pyproject.toml); a Hydra that moved it fails here, and the tests compare results.
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        ConfigLoaderImpl._apply_overrides_to_config(values, config)
     if not any(o.lstrip("+~").split("=", 1)[0] == "paths.root" for o in overrides):
         config.paths.root = str(Path(root or CONFIG_DIR.parent).resolve())
     return config
+
+
+def _search_overrides(task_dirs: list[str]) -> list[str]:
+    """What every compose passes Hydra first: the checkout's root and where verl's and the
+    registered tasks' config files are."""
+    search_path = ",".join([_verl_configs(), *(f"file://{d}" for d in task_dirs)])
+    return [f"paths.root={CONFIG_DIR.parent}", f"hydra.searchpath=[{search_path}]"]
+
+
+def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[list[str], list[Any]]:
+    """(the overrides Hydra needs to pick files, the parsed value overrides it applies after).
+
+    Hydra treats an override as a value override when its key names no config group
+    (``defaults_list.Overrides``). Kept for the whole compose, conservatively: every key
+    without a dot (a group, or a top-level value), ``key@package``, ``hydra.*``, sweeps, a
+    dotted key that names a group folder, and any list that does not parse (Hydra's own error)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    if not overrides:
+        return [], []
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return overrides, []
+    verl_dir = Path(_verl_configs().removeprefix("file://"))
+    choices, values = [], []
+    for line, override in zip(overrides, parsed, strict=True):
+        key = override.key_or_group
+        is_value = (
+            "." in key
+            and override.package is None
+            and not override.is_sweep_override()
+            and not key.startswith("hydra.")
+            and not any((d / key).is_dir() for d in [*config_dirs, verl_dir])
+        )
+        if is_value:
+            values.append(override)
+        else:
+            choices.append(line)
+    return choices, values
 
 
 @functools.cache
