@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import signal
 import tempfile
@@ -65,6 +66,23 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The test modules have imported torch, verl, transformers and Ray: some 520,000 objects
+    that live until exit. Python's full collections walked them again and again (33 times in
+    each worker of the fast tier, 11 s of its ~115 s, measured with gc.callbacks). Frozen, they
+    are not walked; and young collections at 20,000 new objects rather than 700 free the
+    OmegaConf node cycles each compose leaves in fewer passes. Together: 12.5 -> 6 s a worker."""
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 10)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """At exit pytest collects a worker's whole heap once more (for unraisable exceptions)
+    and the interpreter's teardown walks it again: 3 s the run waited on, measured. Frozen, both
+    skip it; the tests are over, and each test's unraisable exceptions were reported with it."""
+    gc.freeze()
 
 
 @functools.cache  # fixed for the worker's life; the fixture below asks once per test
