@@ -65,11 +65,11 @@ def test_prefills_past_the_byte_limit_drop_the_oldest(tiny_model_dir) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     one = PromptPrefills(model)
     one.cache([[1, 2, 3]])
-    per_prompt = one._bytes
+    per_prompt = one.bytes_kept
     prefills = PromptPrefills(model, max_bytes=2 * per_prompt)  # two 3-token prompts fit
     for prompt in ([1, 2, 3], [4, 5, 6], [7, 8, 9]):
         prefills.cache([prompt])
-    assert prefills.computed == 3 and prefills._bytes <= 2 * per_prompt
+    assert prefills.computed == 3 and prefills.bytes_kept <= 2 * per_prompt
     prefills.cache([[7, 8, 9]])
     assert prefills.computed == 3  # kept
     batch = [[1, 2, 3], [7, 8, 9]]

@@ -76,6 +76,13 @@ class PromptPrefills:
         self._kept: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
         self._bytes = 0
         self.computed = 0  # prompts prefilled so far (a kept prompt is not counted again)
+        # fixed for the model's life: ask once, not on every batch
+        self._last_only = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+
+    @property
+    def bytes_kept(self) -> int:
+        """The kept caches' size in bytes (at most ``max_bytes``, or the one newest prompt)."""
+        return self._bytes
 
     def cache(self, prompts: Sequence[list[int]]) -> Any:
         """The KV cache of ``prompts`` left-padded to the longest, all but each one's last token
@@ -88,12 +95,13 @@ class PromptPrefills:
             return None
         width = max(map(len, prompts)) - 1
         heads = [tuple(ids[:-1]) for ids in prompts]  # what is prefilled: all but the last token
+        distinct = list(dict.fromkeys(heads))
         found = {}
-        for head in dict.fromkeys(heads):
+        for head in distinct:
             if head in self._kept:
                 self._kept.move_to_end(head)
                 found[head] = self._kept[head]
-        found.update(self._prefill([head for head in dict.fromkeys(heads) if head not in found]))
+        found.update(self._prefill([head for head in distinct if head not in found]))
         rows = [found[head] for head in heads]
 
         def stacked(layer: int, part: int) -> Any:
@@ -106,12 +114,11 @@ class PromptPrefills:
         """Prefill ``new`` prompts, those of one length together; each one's cache, also kept."""
         import torch
 
-        last_only = {"logits_to_keep": 1} if takes_logits_to_keep(self.model) else {}
         computed = {}
         for length in sorted({len(ids) for ids in new}):
             group = [ids for ids in new if len(ids) == length]
             with torch.no_grad():
-                out = self.model(input_ids=torch.tensor(group), use_cache=True, **last_only)
+                out = self.model(input_ids=torch.tensor(group), use_cache=True, **self._last_only)
             layers = list(out.past_key_values)
             for row, ids in enumerate(group):
                 computed[ids] = [
