@@ -79,9 +79,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """At exit pytest collects a worker's whole heap once more (for unraisable exceptions)
-    and the interpreter's teardown walks it again: 3 s the run waited on, measured. Frozen, both
-    skip it; the tests are over, and each test's unraisable exceptions were reported with it."""
+    """One collection frees what the tests left (their finalizers run now, and pytest reports
+    any unraisable exception from them at exit, as it would), then the rest is frozen: the
+    interpreter's teardown of a worker's whole heap, walked again, was 3 s the run waited on."""
+    gc.collect()
     gc.freeze()
 
 

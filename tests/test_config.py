@@ -230,12 +230,17 @@ VALUE_OVERRIDES = [
 def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
     """compose() caches configs without their root or value overrides and applies both to the
     copy: the result, resolved, is what Hydra composes itself (with the experiment's own
-    pkg:// search path): every experiment with value overrides, one with a group choice among
-    them too, and one without."""
+    pkg:// search path). Every experiment with value overrides; one with a group choice among
+    them, one with a top-level value between dotted ones (Hydra's order must hold), and then
+    the same one without overrides (the kept merge must be untouched by those before)."""
     from rlvr.config.compose import _compose
 
-    cases = [("countdown_cpu", []), ("countdown_cpu", ["objective=dapo", *VALUE_OVERRIDES])]
-    cases += [(experiment, VALUE_OVERRIDES) for experiment in experiments()]
+    cases = [(experiment, VALUE_OVERRIDES) for experiment in experiments()]
+    cases += [
+        ("countdown_cpu", ["data.max_prompt_length=64", "objective=dapo", *VALUE_OVERRIDES]),
+        ("countdown_cpu", ["trainer.save_freq=5", "trainer={save_freq:7}", "+foo.a=1", "~foo"]),
+        ("countdown_cpu", []),
+    ]
     for experiment, overrides in cases:
         ours = compose(experiment, overrides, root=tmp_path)
         hydra = _compose(experiment, [f"paths.root={tmp_path}", *overrides])
@@ -243,7 +248,9 @@ def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
         mine = OmegaConf.to_container(ours, resolve=True)
         assert mine == OmegaConf.to_container(hydra, resolve=True), (experiment, overrides)
         assert str(tmp_path) in mine["trainer"]["default_local_dir"]  # type: ignore[index]
-    assert mine["trainer"]["total_training_steps"] == 9 and "added" not in mine["trainer"]
+        if overrides == VALUE_OVERRIDES:
+            assert mine["trainer"]["total_training_steps"] == 9  # type: ignore[index]
+            assert "added" not in mine["trainer"]  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(
@@ -257,6 +264,8 @@ def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
         ["trainer.total_training_steps=[1,"],
         ["objective=dapo", "trainer.total_training_steps.deeper=1"],
         ["actor_rollout_ref.actor@x.optim.lr=1"],
+        ["trainer.totl_training_steps=3", "sed=1"],  # the first bad one is named
+        ["++objective=dapo"],
     ],
 )
 def test_a_bad_value_override_fails_as_in_hydras_own_compose(overrides: list[str]) -> None:
@@ -271,29 +280,44 @@ def test_a_bad_value_override_fails_as_in_hydras_own_compose(overrides: list[str
     assert (type(ours.value), str(ours.value)) == (type(hydra.value), str(hydra.value))
 
 
-def test_only_value_overrides_skip_the_merge(tmp_path: Path) -> None:
-    """Group choices, Hydra's own keys, sweeps, packages and a dotted name that is a group
-    folder go through Hydra's whole compose; dotted keys are applied to a copy."""
+def test_values_after_the_last_whole_compose_entry_skip_the_merge(tmp_path: Path) -> None:
+    """Group choices go to Hydra's whole compose without holding values back; a top-level
+    value, Hydra's own keys, a sweep, a package, a dict for a group or ``++group`` go whole
+    with every value before them (Hydra applies values in order); dotted keys after them are
+    applied to a copy. A dotted name that is a group folder is a group."""
     from rlvr.config.compose import _split_overrides
 
     (tmp_path / "odd.group").mkdir()
-    lines = [
-        "objective=dapo",
-        "+base_model=tiny",
-        "seed=3",
-        "hydra.run.dir=x",
-        "a.b=1,2",
-        "a.b@pkg=1",
-        "odd.group=x",
-        "data.train_files=x",
-        "+a.new=1",
-        "~a.old",
-        "++a.forced=2",
-    ]
-    choices, values = _split_overrides(lines, [tmp_path])
-    assert choices == lines[:7]
-    assert [v.input_line for v in values] == lines[7:]
-    assert _split_overrides(["a.b=[1,"], []) == (["a.b=[1,"], [])  # Hydra's own parse error
+    (tmp_path / "objective").mkdir()
+
+    def split(*lines: str) -> tuple[list[str], list[str]]:
+        choices, values = _split_overrides(list(lines), [tmp_path])
+        return choices, [value.input_line for value in values]
+
+    assert split("a.b=1", "objective=dapo", "+a.new=1", "~a.old", "++a.forced=2") == (
+        ["objective=dapo"],
+        ["a.b=1", "+a.new=1", "~a.old", "++a.forced=2"],
+    )
+    assert split("odd.group=x", "a.b=1") == (["odd.group=x"], ["a.b=1"])
+    for whole in ("seed=3", "hydra.run.dir=x", "a.b=1,2", "a.b@pkg=1", "objective={a:1}"):
+        assert split("a.b=1", whole, "a.c=2") == (["a.b=1", whole], ["a.c=2"]), whole
+    assert split("a.b=[1,") == (["a.b=[1,"], [])  # Hydra's own parse error
+
+
+def test_a_new_value_reuses_the_kept_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two composes that differ in a value merge the files once; a new group choice merges
+    again (the control)."""
+    from rlvr.config import compose as composing
+
+    merges: list[str] = []
+    real = composing._compose
+    monkeypatch.setattr(composing, "_composed", {})
+    monkeypatch.setattr(composing, "_compose", lambda e, o: merges.append(e) or real(e, o))
+    for lr in ("1e-5", "2e-5"):
+        assert compose("countdown_cpu", [f"actor_rollout_ref.actor.optim.lr={lr}"])
+    assert merges == ["countdown_cpu"]
+    compose("countdown_cpu", ["objective=dapo", "actor_rollout_ref.actor.optim.lr=3e-5"])
+    assert merges == ["countdown_cpu", "countdown_cpu"]
 
 
 ONE_GPU = {"gsm8k_qwen2_5_0_5b_1gpu": 0, "countdown_qwen2_5_3b_lora_1gpu": 32}  # LoRA rank

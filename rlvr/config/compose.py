@@ -60,8 +60,10 @@ def compose(
     value here and there. Only the experiment and its group choices (``objective=dapo``) decide
     which files are merged; Hydra applies ``key.path=value`` overrides to the merged config
     afterwards, in order. So the merge is kept once per experiment and group choices, and each
-    call applies its value overrides to a copy with Hydra's own function for that step. The
-    result equals Hydra's whole compose, errors included (tests/test_config.py compares them).
+    call applies its dotted value overrides to a copy with Hydra's own function for that step
+    (those before anything else Hydra would apply, a top-level value say, go whole: the order
+    holds). The result equals Hydra's whole compose, errors included (tests/test_config.py
+    compares them).
     ``paths.root`` is a plain value every path interpolates from: set on the copy too."""
     overrides = list(overrides or [])
     task_dirs = _task_config_dirs()
@@ -91,12 +93,14 @@ def _search_overrides(task_dirs: list[str]) -> list[str]:
 
 
 def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[list[str], list[Any]]:
-    """(the overrides Hydra needs to pick files, the parsed value overrides it applies after).
+    """(the overrides for Hydra's whole compose, the parsed value overrides to apply after it).
 
-    Hydra treats an override as a value override when its key names no config group
-    (``defaults_list.Overrides``). Kept for the whole compose, conservatively: every key
-    without a dot (a group, or a top-level value), ``key@package``, ``hydra.*``, sweeps, a
-    dotted key that names a group folder, and any list that does not parse (Hydra's own error)."""
+    Hydra applies every value override after the merge, in the order given; a group choice
+    (``objective=dapo``: its key is a config folder) only picks files. A dotted key names no
+    group unless a folder has that dotted name, so it is a value. Anything else (a top-level
+    value, ``key@package``, ``hydra.*``, a sweep, a dict) goes to the whole compose, and so
+    does every value before it, which keeps Hydra's order. A list that does not parse goes
+    whole too (Hydra's own error)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -106,22 +110,24 @@ def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[lis
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException:
         return overrides, []
-    verl_dir = Path(_verl_configs().removeprefix("file://"))
-    choices, values = [], []
-    for line, override in zip(overrides, parsed, strict=True):
-        key = override.key_or_group
-        is_value = (
-            "." in key
-            and override.package is None
-            and not override.is_sweep_override()
-            and not key.startswith("hydra.")
-            and not any((d / key).is_dir() for d in [*config_dirs, verl_dir])
-        )
-        if is_value:
-            values.append(override)
-        else:
-            choices.append(line)
+    folders = [*config_dirs, Path(_verl_configs().removeprefix("file://"))]
+    kinds = [_kind(override, folders) for override in parsed]
+    last_whole = max((i for i, kind in enumerate(kinds) if kind == "other"), default=-1)
+    choices = [line for i, line in enumerate(overrides) if i <= last_whole or kinds[i] == "group"]
+    values = [o for i, o in enumerate(parsed) if i > last_whole and kinds[i] == "value"]
     return choices, values
+
+
+def _kind(override: Any, folders: list[Path]) -> str:
+    """ "group" (a choice of config file), "value" (a dotted key's value) or "other"."""
+    key = override.key_or_group
+    hydras = key == "hydra" or key.startswith(("hydra.", "hydra/"))
+    if override.package is not None or override.is_sweep_override() or hydras:
+        return "other"
+    if any((folder / key).is_dir() for folder in folders):
+        is_dict = not override.is_delete() and isinstance(override.value(), dict)
+        return "other" if is_dict or override.is_force_add() else "group"
+    return "value" if "." in key else "other"
 
 
 @functools.cache
