@@ -77,7 +77,9 @@ def _test_sh_with_fake_uv(tmp_path: Path, *args: str) -> list[str]:
     return (tmp_path / "calls").read_text().splitlines()
 
 
-def test_test_sh_runs_the_fast_tier_in_parallel_then_the_slow_tier_alone(tmp_path: Path) -> None:
+def test_test_sh_runs_the_fast_tier_in_parallel_then_the_slow_tier_alone(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
     calls = _test_sh_with_fake_uv(tmp_path)
     pytest_calls = [c for c in calls if c.startswith("uv run pytest")]
     assert pytest_calls == [
@@ -85,8 +87,10 @@ def test_test_sh_runs_the_fast_tier_in_parallel_then_the_slow_tier_alone(tmp_pat
         "uv run pytest --durations=30 -m slow -n 0",
     ]
     assert calls.index("uv sync --locked --inexact") < calls.index(pytest_calls[0])
-    addopts = (ROOT / "pyproject.toml").read_text()
-    assert 'addopts = "-ra --strict-markers -n auto --dist loadgroup"' in addopts
+    addopts = " ".join(pytestconfig.getini("addopts"))  # pyproject.toml's, as pytest reads it
+    assert "-n auto --dist loadgroup" in addopts
+    # autoload off: xdist (and the others the suite uses) must then be named
+    assert "--disable-plugin-autoload -p xdist -p timeout -p hypothesispytest" in addopts
 
 
 def test_test_sh_passes_given_arguments_to_one_pytest_run(tmp_path: Path) -> None:
