@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,9 @@ EXPERIMENT = f"{TASK}_{MODEL}"
 #: The GRPO launcher, renamed in issue 39; the first that exists in the copy runs.
 LAUNCHER = "scripts/train.sh"  # the documented one (docs/ADDING_A_TASK.md)
 RUN_TIMEOUT_S = 900
+# One xdist worker runs the module: the copy of the tree and its data are made once, not once
+# per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("adding_a_task")
 
 REWARD = '''
 """Parity: say whether a number is even or odd, in answer tags. Standard library only."""
@@ -235,54 +239,86 @@ def data(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory)
     return folder
 
 
+# The commands a user of the new task runs, each as ``python -m MODULE ARGS`` runs it (runpy),
+# in one interpreter of the copy: one start of torch and verl, not one per command.
+COMMANDS = """
+import io, json, runpy, sys
+from contextlib import redirect_stderr, redirect_stdout
+
+def run(module, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = [module, *argv]
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else int(done.code is not None)
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+
+from rlvr import tasks
+from rlvr.config.compose import compose, validate
+
+commands, report = json.loads(sys.argv[1]), sys.argv[2]
+config = compose(commands.pop("compose")); validate(config)
+done = {"composed": [tasks.for_config(config).name, config.custom_reward_function.path]}
+done.update({name: run(*argv) for name, argv in commands.items()})
+with open(report, "w") as f:
+    json.dump(done, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def commands(
+    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:  # fmt: skip
+    """Compose and verl's checks, then the registry's ``list``, pre-flight on the task's data,
+    its eval, and pre-flight on Countdown data made by the registry's prep, in that order."""
+    copy, _ = repo
+    folder = tmp_path_factory.mktemp("commands")
+    model = f"actor_rollout_ref.model.path={tiny_model_dir}"
+    evaluate = ["--model_path", str(tiny_model_dir), "--data", str(data / TASK / "test.parquet")]
+    evaluate += ["--limit", "4", "--max_tokens", "4", "--quiet", "--backend", "hf"]
+    prep = ["prep", "countdown", "--source", "generate", "--train_size", "8", "--test_size", "4"]
+    argv = {
+        "compose": EXPERIMENT,
+        "list": ["rlvr.tasks", "list"],
+        "preflight": ["rlvr.preflight.checks", EXPERIMENT, f"paths.data={data}", model],
+        "eval": ["rlvr.evaluation", TASK, *evaluate, "--output", str(folder / "eval"), "reward"],
+        "countdown": ["rlvr.tasks", *prep, "--local_dir", str(folder / "other" / TASK)],
+        "preflight_other": [
+            "rlvr.preflight.checks", EXPERIMENT, f"paths.data={folder / 'other'}", model,
+        ],
+    }  # fmt: skip
+    done = _python(copy, "-c", COMMANDS, json.dumps(argv), str(folder / "report.json"))
+    assert done.returncode == 0, done.stderr
+    return {**json.loads((folder / "report.json").read_text()), "folder": folder}
+
+
 def test_the_task_registers_composes_and_passes_preflight(
-    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path
-) -> None:
-    """The registry's ``list`` command, compose and pre-flight's ``main``, in one interpreter of
-    the copy (one start, not three: each is a plain call of what ``python -m`` runs)."""
-    copy, _ = repo
-    run = [f"paths.data={data}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
-    done = _python(
-        copy, "-c",
-        "import sys\n"
-        "from rlvr import tasks; from rlvr.config.compose import compose, validate\n"
-        "from rlvr.preflight import checks; from rlvr.tasks.__main__ import main as tasks_cli\n"
-        "assert tasks_cli(['list']) == 0\n"
-        f"config = compose({EXPERIMENT!r}); validate(config)\n"
-        "print('task', tasks.for_config(config).name, config.custom_reward_function.path)\n"
-        f"sys.exit(checks.main([{EXPERIMENT!r}, *{run!r}]))",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert f"{TASK}: Parity" in done.stdout
-    assert f"task {TASK} {copy}/rewards/{TASK}.py" in done.stdout
-    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in done.stdout
-
-
-def test_eval_grades_with_the_tasks_reward(
-    repo: tuple[Path, list[str]], data: Path, tiny_model_dir: Path, tmp_path: Path
+    repo: tuple[Path, list[str]], commands: dict[str, Any]
 ) -> None:
     copy, _ = repo
-    argv = ["--model_path", str(tiny_model_dir), "--data", str(data / TASK / "test.parquet")]
-    argv += ["--limit", "4", "--max_tokens", "4", "--quiet", "--backend", "hf"]
-    out = tmp_path / "eval"
-    done = _python(copy, "-m", "rlvr.evaluation", TASK, *argv, "--output", str(out), "reward")
-    assert done.returncode == 0, done.stderr
-    summary = json.loads((out / "summary.json").read_text())
+    assert commands["composed"] == [TASK, f"{copy}/rewards/{TASK}.py"]
+    assert commands["list"]["code"] == 0 and f"{TASK}: Parity" in commands["list"]["out"]
+    preflight = commands["preflight"]
+    assert preflight["code"] == 0, preflight["err"]
+    assert f"pre-flight: {EXPERIMENT} ok (task {TASK}," in preflight["out"]
+
+
+def test_eval_grades_with_the_tasks_reward(commands: dict[str, Any]) -> None:
+    assert commands["eval"]["code"] == 0, commands["eval"]["err"]
+    summary = json.loads((commands["folder"] / "eval" / "summary.json").read_text())
     assert summary["task"] == TASK and summary["prompts"] == 4
 
 
-def test_preflight_refuses_another_tasks_data(
-    repo: tuple[Path, list[str]], tiny_model_dir: Path, tmp_path: Path
-) -> None:
+def test_preflight_refuses_another_tasks_data(commands: dict[str, Any]) -> None:
     """Countdown rows under the parity reward would all score 0, silently."""
-    copy, _ = repo
-    prep = ["prep", "countdown", "--source", "generate", "--train_size", "8", "--test_size", "4"]
-    made = _python(copy, "-m", "rlvr.tasks", *prep, "--local_dir", str(tmp_path / TASK))
-    assert made.returncode == 0, made.stderr
-    run = [f"paths.data={tmp_path}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
-    checked = _python(copy, "-m", "rlvr.preflight.checks", EXPERIMENT, *run)
-    assert checked.returncode == 2
-    assert f"holds data_source ['countdown'], but the reward grades {TASK}" in checked.stderr
+    assert commands["countdown"]["code"] == 0, commands["countdown"]["err"]
+    checked = commands["preflight_other"]
+    assert checked["code"] == 2
+    assert f"holds data_source ['countdown'], but the reward grades {TASK}" in checked["err"]
 
 
 RECOMPOSE = f"""

@@ -293,6 +293,12 @@ def all_edited(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return compose_all(every_experiment_edited(tmp_path_factory.mktemp("all_edited")), root)
 
 
+# One xdist worker runs the tests that share the module's composes of every experiment (about
+# 4 s a set), so each set is composed once, not once per worker that gets one of them.
+SHARED_COMPOSES = pytest.mark.xdist_group("recipe_files")
+
+
+@SHARED_COMPOSES
 @pytest.mark.parametrize("experiment", experiments())
 def test_one_line_edits_move_only_that_experiment(
     experiment: str,
@@ -316,6 +322,7 @@ def test_one_line_edits_move_only_that_experiment(
     assert all_edited[experiment] == edited, f"another experiment's edit changed {experiment}"
 
 
+@SHARED_COMPOSES
 def test_an_edit_that_reaches_another_experiment_is_caught(
     root: Path, all_edited: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
