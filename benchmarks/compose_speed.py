@@ -17,21 +17,16 @@ from rlvr.common.cli import docstring_parser
 from rlvr.config import compose as composing
 
 
-def _hydras_whole(experiment: str, overrides: list[str]) -> object:
-    search = composing._search_overrides(composing._task_config_dirs())
-    return composing._compose(experiment, [*search, *overrides])
-
-
 def mean_seconds(experiment: str, repeats: int) -> tuple[float, float]:
     """(Hydra's whole compose, compose()) mean seconds over ``repeats`` distinct values."""
     from omegaconf import OmegaConf
 
     value = ["trainer.total_training_steps=123"]
     ours = OmegaConf.to_container(composing.compose(experiment, value))
-    assert ours == OmegaConf.to_container(_hydras_whole(experiment, value)), experiment
-    composing._composed.clear()  # time compose() from a cold start, its own merge included
+    assert ours == OmegaConf.to_container(composing.whole_compose(experiment, value)), experiment
+    composing.clear_cache()  # time compose() from a cold start, its own merge included
     timings = []
-    for compose in (_hydras_whole, composing.compose):
+    for compose in (composing.whole_compose, composing.compose):
         start = time.perf_counter()
         for step in range(repeats):
             compose(experiment, [f"trainer.total_training_steps={step + 1}"])

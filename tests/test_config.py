@@ -271,12 +271,12 @@ def test_cached_compose_equals_hydras_own_for_any_root(tmp_path: Path) -> None:
 def test_a_bad_value_override_fails_as_in_hydras_own_compose(overrides: list[str]) -> None:
     """The same exception and message as Hydra's whole compose: the one-line translations
     (compose_checked) read Hydra's messages."""
-    from rlvr.config.compose import _compose, _search_overrides, _task_config_dirs
+    from rlvr.config.compose import whole_compose
 
     with pytest.raises(Exception) as ours:
         compose("countdown_cpu", overrides)
     with pytest.raises(Exception) as hydra:
-        _compose("countdown_cpu", [*_search_overrides(_task_config_dirs()), *overrides])
+        whole_compose("countdown_cpu", overrides)
     assert (type(ours.value), str(ours.value)) == (type(hydra.value), str(hydra.value))
 
 

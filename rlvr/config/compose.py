@@ -67,12 +67,13 @@ def compose(
     ``paths.root`` is a plain value every path interpolates from: set on the copy too."""
     overrides = list(overrides or [])
     task_dirs = _task_config_dirs()
-    choices, values = _split_overrides(overrides, [CONFIG_DIR, *map(Path, task_dirs)])
-    key = (experiment, tuple(choices), _config_files_stamp(task_dirs))
+    folders = _own_config_folders(task_dirs)
+    choices, values = _split_overrides(overrides, folders)
+    key = (experiment, tuple(choices), _config_files_stamp(folders))
     if key not in _composed:
         if len(_composed) >= MAX_CACHED_CONFIGS:
-            _composed.clear()
-        _composed[key] = _compose(experiment, [*_search_overrides(task_dirs), *choices])
+            clear_cache()
+        _composed[key] = whole_compose(experiment, choices, task_dirs)
     config = copy.deepcopy(_composed[key])
     if values:
         # The step of Hydra's own compose that applies them, private in hydra-core 1.3.2 (pinned
@@ -85,11 +86,19 @@ def compose(
     return config
 
 
-def _search_overrides(task_dirs: list[str]) -> list[str]:
-    """What every compose passes Hydra first: the checkout's root and where verl's and the
-    registered tasks' config files are."""
+def whole_compose(experiment: str, overrides: list[str], task_dirs: list[str] | None = None) -> Any:
+    """Hydra's own compose of the experiment with every override, nothing kept: what compose()
+    equals. First come the checkout's root and where verl's and the registered tasks' (by
+    default all of them) config files are."""
+    task_dirs = _task_config_dirs() if task_dirs is None else task_dirs
     search_path = ",".join([_verl_configs(), *(f"file://{d}" for d in task_dirs)])
-    return [f"paths.root={CONFIG_DIR.parent}", f"hydra.searchpath=[{search_path}]"]
+    search = [f"paths.root={CONFIG_DIR.parent}", f"hydra.searchpath=[{search_path}]"]
+    return _compose(experiment, [*search, *overrides])
+
+
+def _own_config_folders(task_dirs: list[str]) -> list[Path]:
+    """The config folders this project's files are in (configs/, then registered tasks' own)."""
+    return [CONFIG_DIR, *map(Path, task_dirs)]
 
 
 def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[list[str], list[Any]]:
@@ -101,13 +110,12 @@ def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[lis
     value, ``key@package``, ``hydra.*``, a sweep, a dict) goes to the whole compose, and so
     does every value before it, which keeps Hydra's order. A list that does not parse goes
     whole too (Hydra's own error)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     if not overrides:
         return [], []
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parsed = _overrides_parser().parse_overrides(overrides)
     except HydraException:
         return overrides, []
     folders = [*config_dirs, Path(_verl_configs().removeprefix("file://"))]
@@ -116,6 +124,14 @@ def _split_overrides(overrides: list[str], config_dirs: list[Path]) -> tuple[lis
     choices = [line for i, line in enumerate(overrides) if i <= last_whole or kinds[i] == "group"]
     values = [o for i, o in enumerate(parsed) if i > last_whole and kinds[i] == "value"]
     return choices, values
+
+
+@functools.cache
+def _overrides_parser() -> Any:
+    """Hydra's override parser (its grammar is built once; parsing keeps no state)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
 
 
 def _kind(override: Any, folders: list[Path]) -> str:
@@ -147,12 +163,17 @@ MAX_CACHED_CONFIGS = 256
 _composed: dict[tuple[Any, ...], Any] = {}
 
 
-def _config_files_stamp(task_dirs: list[str]) -> tuple[tuple[str, str], ...]:
-    """Every YAML file Hydra may read here, with a hash of its bytes: an edited file is a new
-    key, so the cache never hands back a config composed from an older file (about 40 small
-    files: a millisecond)."""
+def clear_cache() -> None:
+    """Forget the merges compose() keeps (the next compose of each merges anew)."""
+    _composed.clear()
+
+
+def _config_files_stamp(folders: list[Path]) -> tuple[tuple[str, str], ...]:
+    """Every YAML file of this project's Hydra may read here, with a hash of its bytes: an
+    edited file is a new key, so the cache never hands back a config composed from an older
+    file (about 40 small files: a millisecond)."""
     stamps = []
-    for folder in [CONFIG_DIR, *map(Path, task_dirs)]:
+    for folder in folders:
         for path in sorted(folder.rglob("*.yaml")):
             stamps.append((str(path), hashlib.blake2b(path.read_bytes()).hexdigest()))
     return tuple(stamps)
