@@ -18,6 +18,7 @@ LAYERS = [
     "cpu",
     "report",
     "planning",
+    "tinker",
     "preflight",
     "train",
     "rehearsal",

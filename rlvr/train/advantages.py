@@ -25,27 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.common.groups import ALIKE, DROP_CONSTANT, varied_groups
 from rlvr.common.verl_guards import require_source
 
-DROP_CONSTANT = "grpo_drop_constant"
-#: Scores closer than this are alike (rewards are sums of a few floats).
-ALIKE = 1e-6
+__all__ = ["ALIKE", "DROP_CONSTANT", "grpo_drop_constant", "register", "varied_groups"]
 _PASSES_BATCH_MASK = '"response_mask": data.batch["response_mask"]'
-
-
-def varied_groups(scores: Any, index: Any) -> Any:
-    """1.0 for each row whose group (same ``index``) has scores that differ, else 0.0."""
-    import torch
-
-    keep = torch.zeros_like(scores)
-    groups: dict[Any, list[int]] = {}
-    for row, uid in enumerate(index):
-        groups.setdefault(uid, []).append(row)
-    for rows in groups.values():
-        values = scores[rows]
-        if len(rows) > 1 and float(values.max() - values.min()) > ALIKE:
-            keep[rows] = 1.0
-    return keep
 
 
 def grpo_drop_constant(
