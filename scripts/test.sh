@@ -14,6 +14,9 @@ fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ensure_uv.sh"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export UV_NO_PROGRESS=1 WANDB_MODE=offline HF_HUB_OFFLINE=1
+# The Tinker tests drive the tinker SDK, an extra beside the base install (pyproject.toml); their
+# TuFT server builds an environment of its own (tests/tuft_server.py).
+uv sync --locked --inexact --extra tinker --quiet
 
 uv --version
 uv run ruff check .

@@ -43,14 +43,13 @@ from rlvr.preflight.ray_cluster import ray_plan
 from rlvr.preflight.run_identity import identity_problems
 from rlvr.preflight.steps import zero_step_problems
 from rlvr.tasks import TaskSpec
+from rlvr.tinker.preflight import is_tinker, tinker_problems
 
 MAX_COUNT = 2**31 - 1  # torch and vLLM index lengths and batch sizes with int32
 
 
 def _count(config: Any, key: str, allow_none: bool = False) -> str | None:
     """A problem when the dotted ``key`` is not a whole number > 0 (a count or a length)."""
-    from omegaconf import OmegaConf
-
     value = OmegaConf.select(config, key)
     if value is None and allow_none:
         return None
@@ -63,8 +62,6 @@ def _count(config: Any, key: str, allow_none: bool = False) -> str | None:
 
 def _rate(config: Any, key: str) -> str | None:
     """A problem when the dotted ``key`` is not a finite number > 0 (a learning rate)."""
-    from omegaconf import OmegaConf
-
     value = OmegaConf.select(config, key)
     if (
         isinstance(value, bool)
@@ -300,6 +297,9 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
         task = tasks.for_config(config)
     except tasks.TaskError as exc:  # an overlay naming a task the registry lacks
         return [f"{tasks.TASK_KEY}: {exc}"]
+    if is_tinker(config):  # rlvr/tinker/: no GPU, Ray or local model to check
+        local = data_problems(config, task) + _reward_problems(config, task)
+        return tinker_problems(config, local + zero_step_problems(config))
     problems = data_problems(config, task)
     model_path = str(config.actor_rollout_ref.model.path)
     model_problem = model_path_problem(model_path)
@@ -380,11 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
     if not problems:
-        task = tasks.for_config(config)
+        task, trainer, tinker = tasks.for_config(config), config.trainer, is_tinker(config)
+        where = f"{trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPU(s)"
         print(
             f"pre-flight: {experiment} ok (task {task.name if task else 'unregistered'}, "
-            f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s), "
-            f"model {config.actor_rollout_ref.model.path})\npre-flight: {batching(config).line()}"
+            f"{'through the Tinker API' if tinker else where}, model "
+            f"{config.actor_rollout_ref.model.path})"
+            + ("" if tinker else f"\npre-flight: {batching(config).line()}")
         )
     return 2 if problems else 0
 

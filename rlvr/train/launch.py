@@ -1,5 +1,6 @@
 """What ``scripts/train.sh`` runs once pre-flight has passed: verl's driver
-(``rlvr.train.main``) under a supervisor, then the LoRA merge.
+(``rlvr.train.main``) under a supervisor, then the LoRA merge; for a Tinker experiment
+(``hardware: tinker``), the Tinker loop instead (``rlvr.tinker.train``).
 
 Usage (the launcher's ``exec``): python -m rlvr.train.launch EXPERIMENT LOG [overrides...]
 
@@ -69,12 +70,24 @@ def driver_command(experiment: str, overrides: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def tinker_experiment(experiment: str, overrides: Sequence[str]) -> bool:
+    """Whether the experiment trains through the Tinker API (rlvr/tinker/) rather than verl."""
+    from rlvr.config.compose import compose
+    from rlvr.tinker.recipe import is_tinker
+
+    return is_tinker(compose(experiment, list(overrides)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", help="a configs/*.yaml experiment")
     parser.add_argument("log", type=Path, help="the run's log file (appended to)")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides")
     args = parser.parse_args(argv)
+    if tinker_experiment(args.experiment, args.overrides):
+        from rlvr.tinker.train import run
+
+        return run(args.experiment, args.log, args.overrides)
     stop_with_parent()
     temp_dir, own = own_ray_temp_dir(args.overrides, os.environ)
     command = driver_command(args.experiment, [*forwarded(os.environ), *own, *args.overrides])
