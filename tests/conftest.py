@@ -187,3 +187,20 @@ def preflight_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
     for name in ("RAY_ADDRESS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RLVR_STRICT_MEMORY"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def tinker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generated Countdown data and the tiny model (a Qwen2 folder, which TuFT resolves LoRA
+    targets for), for the Tinker tests."""
+    return countdown_workdir(tmp_path_factory, "tinker", 16, 8)
+
+
+@pytest.fixture(scope="session")
+def tuft(tinker_dir: Path):
+    """TuFT 0.2.2's real server serving the tiny model on 127.0.0.1 (tests/tuft_server.py), one
+    for the Tinker tests of a session."""
+    from tuft_server import tuft_server
+
+    with tuft_server(tinker_dir / "models/tiny", tinker_dir / "tuft") as server:
+        yield server

@@ -88,6 +88,10 @@ OWNERS = {
         "ray_kwargs.ray_init.runtime_env.env_vars.GLIBC_TUNABLES",
         # the CPU path's fixes reach verl's ranks through Ray's setup hook (rlvr/cpu/hook.py)
         "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook",
+        # how a Tinker run talks to its server (hardware/tinker.yaml)
+        "tinker.request_timeout_s",
+        "tinker.max_retries",
+        "tinker.backoff_s",
     ),
 }
 # What a base_model/ preset may set: the model and its chat template, nothing tuned.
