@@ -140,7 +140,8 @@ class TinkerLoop:
             output, optimized = backward.result(timeout=wait), step.result(timeout=wait)
         except Exception as exc:
             raise explain(exc, "the train step (forward_backward + optim_step)") from None
-        tokens = sum(sum(1 for a in i.advantages if a != 0.0) or 1 for i in inputs)
+        kept_groups = [g for g, a in zip(graded, advantages, strict=True) if a is not None]
+        tokens = sum(len(s.tokens) for g in kept_groups for s in g.samples)  # the token mean's
         server = dict(getattr(output, "metrics", {}) or {})
         server |= dict(getattr(optimized, "metrics", None) or {})
         if "loss:sum" in server:
