@@ -25,8 +25,8 @@ from rlvr.common.cli import docstring_parser
 from rlvr.common.disk_full import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.report import NotYetError, Report, ReportError, build
-from rlvr.report.bands import reference_lines
 from rlvr.report.records import RolloutCache
+from rlvr.report.references import reference_lines
 from rlvr.tasks.spec import TaskError, TaskSpec
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlvr import report as run_report
-from rlvr.report import bands
+from rlvr.report import bands, references
 from rlvr.report.bands import BandsError, ReferenceBands, RunFacts, compare, load_bands
 from rlvr.report.run_plan import read_run_plan, write_run_plan
 
@@ -299,7 +299,7 @@ def test_plan_fields_from_a_recipe(
 ) -> None:
     from rlvr.config.compose import compose
 
-    fields = bands.plan_fields(compose(experiment, overrides))
+    fields = references.plan_fields(compose(experiment, overrides))
     assert (fields["model"], fields["task"], fields["answer_protocol"]) == expected
 
 

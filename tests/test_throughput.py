@@ -14,7 +14,7 @@ import pytest
 from test_bands import DOC, run_script, write_doc
 
 from rlvr import report as run_report
-from rlvr.report import bands, throughput
+from rlvr.report import references, throughput
 from rlvr.report.bands import BandsError, load_bands
 from rlvr.report.run_plan import read_run_plan, write_run_plan
 
@@ -151,7 +151,7 @@ def test_the_recipe_records_its_gpu_and_settings_and_matches_the_published_entry
 ) -> None:
     from rlvr.config.compose import compose
 
-    fields = bands.plan_fields(compose("gsm8k_qwen2_5_0_5b_1gpu"))
+    fields = references.plan_fields(compose("gsm8k_qwen2_5_0_5b_1gpu"))
     assert (fields["gpu"], fields["settings"]) == ("H100 80GB", FAST)
     run = gpu_run(tmp_path / "run", [800.0, 2500.0, 2300.0])
     write_run_plan(run, 3, "gsm8k_qwen2_5_0_5b_1gpu", **fields)  # as RecipeTrainer.fit does
@@ -163,7 +163,7 @@ def test_the_recipe_records_its_gpu_and_settings_and_matches_the_published_entry
     assert entry is not None and entry.id == "play-verl-grpo-qwen2.5-0.5b-instruct-h100"
     assert entry.tokens_per_s_per_gpu == PUBLISHED
     # the CPU quickstart declares no GPU: nothing to match
-    cpu = bands.plan_fields(compose("countdown_smollm2_cpu"))
+    cpu = references.plan_fields(compose("countdown_smollm2_cpu"))
     assert (
         cpu["gpu"] is None and throughput.matching_entry(load_bands(), cpu["model"], None) is None
     )
@@ -220,14 +220,14 @@ def test_the_gpu_ray_detected_wins_over_the_overlays_declaration(
     from rlvr.config.compose import compose
 
     config = compose("gsm8k_qwen2_5_0_5b_1gpu")
-    assert bands.plan_fields(config)["gpu"] == "H100 80GB"  # Ray not up: the declaration
+    assert references.plan_fields(config)["gpu"] == "H100 80GB"  # Ray not up: the declaration
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(
         ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0, "accelerator_type:A100": 1.0}
     )
-    fields = bands.plan_fields(config)
+    fields = references.plan_fields(config)
     assert fields["gpu"] == "A100"
     assert throughput.matching_entry(load_bands(), fields["model"], fields["gpu"]) is None
     # two kinds (a mixed cluster) or none (CPU, fake GPUs): back to the declaration
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 8.0})
-    assert bands.plan_fields(config)["gpu"] == "H100 80GB"
+    assert references.plan_fields(config)["gpu"] == "H100 80GB"

@@ -217,30 +217,6 @@ def own_protocol(task: str, reward_kwargs: Mapping[str, Any]) -> str | None:
     return "rlvr-countdown" if task == "countdown" else None
 
 
-def plan_fields(config: Any) -> dict[str, Any]:
-    """What the trainer passes to ``write_run_plan`` so that the report can match the run: the
-    model (``actor_rollout_ref.model.path``), the task whose reward file the run grades with,
-    that reward's protocol (None for a reward from elsewhere), the GPU (the kind Ray detected,
-    else what the hardware overlay declares in ``hardware_facts.gpu``; None on CPU) and the
-    settings that explain throughput."""
-    from rlvr import tasks
-    from rlvr.report.throughput import detected_gpu, run_settings
-
-    spec = tasks.for_config(config)
-    kwargs = config.custom_reward_function.get("reward_kwargs") or {}
-    facts = config.get("hardware_facts") or {}
-    return {
-        "model": str(config.actor_rollout_ref.model.path),
-        "task": spec.name if spec else None,
-        "answer_protocol": own_protocol(spec.name, kwargs) if spec else None,
-        "gpu": detected_gpu() or (str(facts["gpu"]) if facts.get("gpu") else None),
-        "settings": run_settings(config),
-    }
-
-
-# --- matching and comparing --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Comparison:
     entry: Entry | None
@@ -364,15 +340,3 @@ def _comparison_point(entry: Entry, facts: RunFacts) -> tuple[int, str, float, f
         return f"the run has no validation at or around step {step}"
     how = "" if step in dict(stepped) else " (published points interpolated)"
     return step, how, published, measured
-
-
-def reference_lines(records: RunRecords) -> list[str]:
-    """The report's lines on published results for this run (report.md and scripts/report.py)."""
-    from rlvr.report.throughput import throughput_lines
-
-    try:
-        bands = default_bands()
-    except BandsError as exc:  # the report is still written; the data file's test catches this
-        return [f"not compared: {exc}"]
-    lines = [comparison.line for comparison in compare(run_facts(records), bands)]
-    return lines + throughput_lines(records, bands)

@@ -12,9 +12,9 @@ from pathlib import Path
 from rlvr.report import alarms as checks
 from rlvr.report.alarms import Alarm
 from rlvr.report.alarms.mismatch_rules import K3_KL, LOG_PPL_ABS_DIFF
-from rlvr.report.bands import reference_lines
 from rlvr.report.metrics_log import step_ranges
 from rlvr.report.records import RunRecords
+from rlvr.report.references import reference_lines
 
 #: The table's rows: the metrics docs/TRAINING.md "Reading the metrics" explains.
 TABLE_KEYS = (

@@ -128,7 +128,8 @@ def fetch_adapter(recipe: TinkerRecipe, service: Any, training: Any, step: int) 
     )
 
 
-def train(recipe: TinkerRecipe) -> int:
+def train(recipe: TinkerRecipe, plan: dict[str, Any]) -> int:
+    """The run; ``plan``: the run plan's fields for the report (model, task, answer protocol)."""
     from rlvr.tinker.loop import TinkerLoop
     from rlvr.tinker.problems import grader, load_problems
 
@@ -148,9 +149,8 @@ def train(recipe: TinkerRecipe) -> int:
     service = service_client(recipe.request_timeout_s, recipe.max_retries)
     training, start = start_training(recipe, service)
     write_run_plan(
-        recipe.metrics_path.parent, recipe.steps, recipe.experiment, recipe.run_dir,
-        model=recipe.model, task=recipe.task,
-    )  # fmt: skip
+        recipe.metrics_path.parent, recipe.steps, recipe.experiment, recipe.run_dir, **plan
+    )
     if start >= recipe.steps:
         print(f"{NAME}: step {start} of {recipe.steps} already trained; nothing to do", flush=True)
     else:
@@ -188,6 +188,7 @@ def write_report(recipe: TinkerRecipe) -> None:
 
 def run(experiment: str, log: Path, overrides: Sequence[str]) -> int:
     from rlvr.config.compose import compose
+    from rlvr.report.references import plan_fields
 
     config = compose(experiment, list(overrides))
     recipe = TinkerRecipe.from_config(config)
@@ -197,7 +198,7 @@ def run(experiment: str, log: Path, overrides: Sequence[str]) -> int:
               f"{recipe.steps} steps -> {recipe.run_dir}", flush=True)  # fmt: skip
         try:
             with sigterm_as_interrupt():
-                code = train(recipe)
+                code = train(recipe, plan_fields(config))
         except TinkerRunError as exc:
             print(f"{NAME}: error: {exc}", file=sys.stderr, flush=True)
             code = 1
