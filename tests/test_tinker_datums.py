@@ -10,7 +10,9 @@ prompt mask is off by one position, and advantages normalised another way, both 
 
 from __future__ import annotations
 
+import math
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -128,3 +130,75 @@ def test_every_group_agreeing_sends_nothing_and_keeping_them_sends_zeros() -> No
 def test_a_sample_without_one_log_prob_per_token_is_refused() -> None:
     with pytest.raises(ValueError, match="2 sampling log probs for 3 response tokens"):
         datum_inputs(Sample((1, 2), (3, 4, 5), (-0.1, -0.2), 1.0), 1.0)
+
+
+TUFT_LOSS = """
+import json, sys
+import torch
+from tinker import types
+from torch.nn.utils.rnn import pad_sequence
+from tuft.backends.loss_inputs import batch_loss_fn_input, validate_client_loss_fn_inputs
+from tuft.loss_fn import get_loss_fn
+
+kinds = {"target_tokens": "int64", "logprobs": "float32", "advantages": "float32"}
+results = []
+for spec in json.load(sys.stdin):
+    data = [
+        types.Datum(
+            model_input=types.ModelInput.from_ints(d["model_input"]),
+            loss_fn_inputs={k: types.TensorData(data=d[k], dtype=t) for k, t in kinds.items()},
+        )
+        for d in spec["datums"]
+    ]
+    keys = validate_client_loss_fn_inputs(data, required_keys=frozenset(kinds))
+    inputs = {k: batch_loss_fn_input(data, k, device="cpu") for k in ("logprobs", "advantages")}
+    current = [torch.tensor(c, dtype=torch.float32) for c in spec["current"]]
+    inputs["target_logprobs"] = pad_sequence(current, batch_first=True)
+    loss, metrics = get_loss_fn("importance_sampling")(inputs, {})
+    results.append({"keys": sorted(keys), "loss": loss.item()})
+print(json.dumps(results))
+"""
+
+
+def tuft_losses(
+    batches: list[list[DatumInputs]], current: list[list[float]]
+) -> list[dict[str, Any]]:
+    """TuFT 0.2.2's own code on each batch of Datums, in its environment: the request validation
+    its training backends run, its batching of loss inputs, and its importance_sampling loss,
+    given the policy's log prob of each target token (``current``, standing in for the model)."""
+    import json
+    import subprocess
+
+    from tuft_server import ensure_env
+
+    specs = [{"datums": [vars(i) for i in batch], "current": current} for batch in batches]
+    done = subprocess.run([str(ensure_env()), "-c", TUFT_LOSS], input=json.dumps(specs),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_tufts_own_importance_sampling_loss_reads_the_datums_as_documented() -> None:
+    """The loss TuFT computes from the loop's Datums equals -sum(exp(logp - logp_sampler) * A)
+    over the response tokens alone, computed here from the samples themselves; the Datums of a
+    prompt mask off by one give another loss (the control)."""
+    groups = make_groups(5)
+    inputs, advantages = build_datums(groups)
+    rng = random.Random(7)
+    current = [[lp + rng.uniform(-0.5, 0.5) for lp in i.logprobs] for i in inputs]
+    kept = [(s, a) for group, adv in zip(groups, advantages, strict=True) if adv is not None
+            for s, a in zip(group, adv, strict=True)]  # fmt: skip
+    expected = 0.0
+    for (sample, advantage), policy in zip(kept, current, strict=True):
+        pad = len(sample.prompt_tokens) - 1
+        for token, sampler_lp in enumerate(sample.logprobs):
+            expected -= math.exp(policy[pad + token] - sampler_lp) * advantage
+    shifted = [
+        DatumInputs(i.model_input, i.target_tokens, [*i.logprobs[1:], 0.0], [*i.advantages[1:], 0])
+        for i in inputs
+    ]
+    result, control = tuft_losses([inputs, shifted], current)
+    assert result["keys"] == ["advantages", "logprobs", "target_tokens"]
+    assert result["loss"] == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert control["loss"] != pytest.approx(expected, rel=1e-3, abs=1e-3)
