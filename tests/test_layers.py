@@ -1,9 +1,11 @@
 """The architecture in rlvr/__init__.py, enforced: each sub-package imports only the layers
-below it (lazy imports inside functions included), and rewards/ imports no rlvr at all."""
+below it (lazy imports inside functions included), no two modules import each other (directly or
+through others), and rewards/ imports no rlvr at all."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -27,20 +29,22 @@ LAYERS = [
 ]
 
 
+def _imported_names(path: Path) -> list[str]:
+    """Every absolute module name a file imports, anywhere in it (``from a import b`` gives both
+    ``a`` and ``a.b``: b may be a module)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
 def _rlvr_imports(path: Path) -> set[str]:
     """The rlvr sub-packages a module imports, anywhere in it."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "rlvr" and len(parts) > 1 and parts[1] in LAYERS:
-                found.add(parts[1])
-    return found
+    parts = (name.split(".") for name in _imported_names(path))
+    return {p[1] for p in parts if p[0] == "rlvr" and len(p) > 1 and p[1] in LAYERS}
 
 
 def upward_imports(package_root: Path) -> list[str]:
@@ -81,3 +85,45 @@ def test_rewards_import_no_rlvr(path: Path) -> None:
         )
         for node in ast.walk(ast.parse(path.read_text()))
     )
+
+
+def module_cycle(package_root: Path) -> tuple[str, ...] | None:
+    """A cycle in the graph of which module imports which (lazy imports included), or None.
+    A package's ``__init__`` stands for the package; a module importing its own package (for
+    ``from rlvr.x import y``) is not a cycle."""
+    modules = {}
+    for path in package_root.rglob("*.py"):
+        parts = (package_root.name, *path.relative_to(package_root).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imported_names(path):
+            while imported and imported not in modules:  # rlvr.a.b.func -> rlvr.a.b
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(f"{imported}."):
+                targets.add(imported)
+        graph[name] = targets
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return tuple(exc.args[1])
+    return None
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert module_cycle(ROOT / "rlvr") is None
+
+
+def test_an_import_cycle_is_caught(tmp_path: Path) -> None:
+    """Negative control: a lazy import back closes a circle through a third module."""
+    package = tmp_path / "rlvr"
+    (package / "report").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "report" / "__init__.py").write_text("")
+    (package / "report" / "bands.py").write_text("from rlvr.report.throughput import lines\n")
+    (package / "report" / "throughput.py").write_text("from rlvr.report import plan\n")
+    (package / "report" / "plan.py").write_text("def f():\n    from rlvr.report.bands import x\n")
+    assert module_cycle(package) is not None
+    (package / "report" / "plan.py").write_text("def f():\n    from rlvr.common import x\n")
+    assert module_cycle(package) is None

@@ -285,9 +285,9 @@ def _wandb_run(root: Path, name: str) -> Path:
 def test_resumed_needs_the_load_and_step_three_alone(
     tmp_path: Path, log: str, again: bool, expected: str | None
 ) -> None:
-    """Shared by both modes (rlvr/rehearsal/cpu.py ``resumed``)."""
-    from rlvr.rehearsal.cpu import resumed
+    """Shared by both modes (rlvr/rehearsal/steps.py ``resumed``)."""
     from rlvr.rehearsal.plan import make_plan
+    from rlvr.rehearsal.steps import resumed
 
     plan = make_plan("countdown_qwen3_4b", tmp_path, 8)
     metrics = tmp_path / "metrics.jsonl"
@@ -308,7 +308,7 @@ def test_resumed_needs_the_load_and_step_three_alone(
 
 
 def test_cleanup_row_fails_on_processes_left() -> None:
-    from rlvr.rehearsal.cpu import cleanup_row
+    from rlvr.rehearsal.steps import cleanup_row
 
     assert cleanup_row([], 0) == ("cleanup", "ok", "Ray processes left: 0")
     assert cleanup_row([42], 0)[:2] == ("cleanup", "FAIL")  # negative control

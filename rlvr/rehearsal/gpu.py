@@ -30,6 +30,7 @@ from rlvr.rehearsal import grad_scale, peak
 from rlvr.rehearsal.checks import BUDGET_TOLERANCE, RehearsalFailure
 from rlvr.rehearsal.launch import Cluster, launch
 from rlvr.rehearsal.plan import Plan, make_plan, prepare_inputs
+from rlvr.rehearsal.steps import Runner, cleanup_row, report, resumed
 
 MODEL, BASE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct", "qwen2_5_0_5b_instruct"
 # Each step the GPU rehearsal runs, in order, with what it must show (the dry run prints these).
@@ -160,8 +161,6 @@ def gradient_scale(plan: Plan, timeout_s: float) -> str:
 
 
 def rehearse_gpu(plan: Plan, timeout_s: float) -> int:
-    from rlvr.rehearsal.cpu import Runner, cleanup_row, report, resumed
-
     runner, start, peaks = Runner(), time.monotonic(), (0, 0)
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-reh-", dir="/tmp")
     address = os.environ.get("RAY_ADDRESS") if plan.nnodes > 1 else None
