@@ -83,29 +83,34 @@ def _checked(cmd: list[str], cwd: Path, timeout_s: float = PREP_TIMEOUT_S) -> No
         raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
 
 
-def prepare_inputs(work: Path) -> Path:
-    """The quickstart's data and the SmolLM2 model, once, offline; returns the data folder."""
+#: bench_train_cpu's data: generated Countdown, few-shot template (bench_grpo_vs_trl passes the
+#: quickstart's own flags instead).
+FEWSHOT_DATA = ("--source", "generate", "--template", "fewshot",
+                "--train_size", "512", "--test_size", "32")  # fmt: skip
+
+
+def prepare_data(
+    work: Path, data_args: tuple[str, ...] = FEWSHOT_DATA, note: str = "few-shot template"
+) -> Path:
+    """Generated Countdown data under ``work/data/countdown``, offline; returns ``work/data``."""
     data = work / "data"
-    print(f"== data: generated Countdown, few-shot template -> {data}", flush=True)
-    _checked(
-        [
-            sys.executable,
-            "scripts/data_prep_countdown.py",
-            "--source",
-            "generate",
-            "--template",
-            "fewshot",
-            "--train_size",
-            "512",
-            "--test_size",
-            "32",
-            "--local_dir",
-            str(data / "countdown"),
-        ],
-        ROOT,
-    )
+    print(f"== data: generated Countdown, {note} -> {data}", flush=True)
+    cmd = [sys.executable, "scripts/data_prep_countdown.py", *data_args]
+    _checked([*cmd, "--local_dir", str(data / "countdown")], ROOT)
+    return data
+
+
+def build_model() -> Path:
+    """SmolLM2-135M-Instruct in MODEL_DIR (``scripts/build_model.py smollm2``, offline)."""
     print(f"== model: {MODEL_DIR} (scripts/build_model.py smollm2)", flush=True)
     _checked([sys.executable, "scripts/build_model.py", "smollm2"], ROOT)
+    return MODEL_DIR
+
+
+def prepare_inputs(work: Path) -> Path:
+    """The quickstart's data and the SmolLM2 model, once, offline; returns the data folder."""
+    data = prepare_data(work)
+    build_model()
     return data
 
 
@@ -127,7 +132,21 @@ def remove_worktree(folder: Path) -> None:
         print(f"== removed worktree {folder}", flush=True)
 
 
-def launch(tree: Path, out: Path, data: Path, steps: int, timeout_s: float) -> float:
+#: The launch's experiment and its overrides, its run name (bench_grpo_vs_trl passes others).
+EXPERIMENT = ("countdown_cpu", "base_model=smollm2_135m")
+RUN_NAME = "bench_train_cpu"
+
+
+def launch(
+    tree: Path,
+    out: Path,
+    data: Path,
+    steps: int,
+    timeout_s: float,
+    experiment: tuple[str, ...] = EXPERIMENT,
+    model: Path = MODEL_DIR,
+    name: str = RUN_NAME,
+) -> float:
     """One training launch of ``tree``'s own launcher; returns its wall seconds."""
     out.mkdir(parents=True)
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-bench-", dir="/tmp")  # short: socket paths
@@ -143,12 +162,11 @@ def launch(tree: Path, out: Path, data: Path, steps: int, timeout_s: float) -> f
     cmd = [
         "bash",
         "scripts/train.sh",
-        "countdown_cpu",
-        "base_model=smollm2_135m",
+        *experiment,
         f"paths.data={data}",
         f"paths.checkpoints={out / 'checkpoints'}",
-        f"actor_rollout_ref.model.path={MODEL_DIR}",
-        "trainer.experiment_name=bench_train_cpu",
+        f"actor_rollout_ref.model.path={model}",
+        f"trainer.experiment_name={name}",
         f"trainer.total_training_steps={steps}",
         "trainer.save_freq=-1",
         "trainer.test_freq=-1",
@@ -178,10 +196,10 @@ def _wandb_run_file() -> Any:
     return module
 
 
-def read_rows(out: Path) -> dict[int, dict[str, float]]:
+def read_rows(out: Path, name: str = RUN_NAME) -> dict[int, dict[str, float]]:
     """Training steps (those with a throughput): from the run's ``metrics.jsonl`` when its tree
     writes one (verl's file logger, flushed per step), else from its one offline wandb run."""
-    metrics = out / "checkpoints/bench_train_cpu/metrics.jsonl"
+    metrics = out / "checkpoints" / name / "metrics.jsonl"
     if metrics.is_file():
         rows = {record.step: record.metrics for record in read_steps(metrics)}
     else:
