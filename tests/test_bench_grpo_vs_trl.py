@@ -1,0 +1,143 @@
+"""benchmarks/bench_grpo_vs_trl.py's TRL side without running TRL: the quickstart experiment's
+knobs, read from its composed config, land in TRL 0.24's GRPOConfig arguments
+(benchmarks/trl_grpo_step.py); objectives TRL cannot match are refused, not silently mapped; the
+reward wrapper scores as the reward file does; the data prep flags are still the quickstart's.
+Where TRL's cached environment exists, GRPOConfig itself accepts the arguments."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from script_loading import load_file_module
+
+from rlvr.config.compose import compose
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = "countdown_smollm2_cpu"
+
+
+@pytest.fixture
+def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
+    """benchmarks/ is scripts, not a package: its sibling imports need the folder on sys.path."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = load_file_module("bench_grpo_vs_trl", ROOT / "benchmarks/bench_grpo_vs_trl.py")
+    step = load_file_module("trl_grpo_step", ROOT / "benchmarks/trl_grpo_step.py")
+    return bench, step
+
+
+def _kwargs(
+    modules: tuple[ModuleType, ModuleType], *overrides: str, micro_batch: int = 32
+) -> dict[str, Any]:
+    bench, step = modules
+    knobs = json.loads(json.dumps(bench.experiment_knobs(compose(EXPERIMENT, list(overrides)))))
+    knobs["micro_batch"] = micro_batch  # the bench's --trl_micro_batch
+    kwargs: dict[str, Any] = step.grpo_config_kwargs(knobs, "/nonexistent", 3)
+    return kwargs
+
+
+def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, ModuleType]) -> None:
+    config = compose(EXPERIMENT)
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    kwargs = _kwargs(modules)
+    assert kwargs["num_generations"] == rollout.n == 16
+    # One optimizer step on the batch's 4 x 16 completions, in two micro batches of 32.
+    batch = kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"]
+    assert batch == config.data.train_batch_size * rollout.n == 64
+    assert (kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"]) == (32, 2)
+    assert kwargs["num_iterations"] == 1
+    whole = _kwargs(modules, micro_batch=64)
+    assert (whole["per_device_train_batch_size"], whole["gradient_accumulation_steps"]) == (64, 1)
+    with pytest.raises(ValueError, match="does not divide"):
+        _kwargs(modules, micro_batch=24)
+    assert kwargs["max_completion_length"] == config.data.max_response_length == 24
+    assert kwargs["max_prompt_length"] == config.data.max_prompt_length
+    assert kwargs["learning_rate"] == actor.optim.lr == 2e-5
+    assert kwargs["beta"] == actor.kl_loss_coef == 0.01
+    assert (kwargs["temperature"], kwargs["top_p"], kwargs["top_k"]) == (1.0, 1.0, None)
+    assert kwargs["loss_type"] == "dapo"  # verl's token-mean over the whole batch
+    assert kwargs["lr_scheduler_type"] == "constant" and kwargs["warmup_steps"] == 0
+    assert kwargs["weight_decay"] == actor.optim.weight_decay
+    assert [kwargs["adam_beta1"], kwargs["adam_beta2"]] == list(actor.optim.betas)
+    assert kwargs["max_grad_norm"] == actor.grad_clip
+    assert kwargs["epsilon"] == kwargs["epsilon_high"] == actor.clip_ratio_low == 0.2
+    assert kwargs["scale_rewards"] == "group"
+    assert not kwargs["bf16"] and not kwargs["fp16"] and kwargs["use_cpu"]
+    assert kwargs["gradient_checkpointing"] is False
+    assert kwargs["model_init_kwargs"] == {"dtype": "float32", "attn_implementation": "sdpa"}
+    # A changed knob follows.
+    assert _kwargs(modules, "actor_rollout_ref.rollout.n=8")["num_generations"] == 8
+    assert _kwargs(modules, "actor_rollout_ref.actor.kl_loss_coef=0.05")["beta"] == 0.05
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("actor_rollout_ref.actor.kl_loss_type=kl", "k3"),
+        ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "token-mean"),
+        ("actor_rollout_ref.actor.ppo_epochs=2", "one optimizer step"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=2", "one optimizer step"),
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps=2", "warm-up"),
+    ],
+)
+def test_objectives_trl_cannot_match_are_refused(
+    modules: tuple[ModuleType, ModuleType], override: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _kwargs(modules, override)
+
+
+def test_reward_wrapper_scores_as_the_reward_file(modules: tuple[ModuleType, ModuleType]) -> None:
+    bench, step = modules
+    knobs = bench.experiment_knobs(compose(EXPERIMENT))
+    reward = step.reward_function(knobs["reward_path"], knobs["reward_kwargs"])
+    truth = {"ground_truth": {"target": 13, "numbers": [2, 3, 7]}, "style": "rule"}
+    texts = ["<answer>2*3+7</answer>", "<answer>2*3*7</answer>", "no answer"]
+    scores = reward(
+        prompts=[[]] * 3,
+        completions=[[{"role": "assistant", "content": t}] for t in texts],
+        data_source=["countdown"] * 3,
+        reward_model=[truth] * 3,
+        extra_info=[{}] * 3,
+    )
+    # Right, formatted but wrong (the experiment's format_score), unformatted.
+    assert scores == [1.0, 0.1, 0.0]
+
+
+def test_data_flags_are_the_quickstarts(modules: tuple[ModuleType, ModuleType]) -> None:
+    bench, _ = modules
+    script = (ROOT / "scripts/quickstart.sh").read_text()
+    line = next(x for x in script.splitlines() if x.startswith("DATA_ARGS=("))
+    data_args = shlex.split(line.removeprefix("DATA_ARGS=(").removesuffix(")"))
+    assert list(bench.QUICKSTART_DATA[: len(data_args)]) == data_args
+    sizes = bench.QUICKSTART_DATA[len(data_args) :]
+    assert "--train_size 1024" in script and sizes[:2] == ("--train_size", "1024")
+    assert "EVAL_PROMPTS=96" in script and sizes[2:] == ("--test_size", "96")
+
+
+def test_trl_grpo_config_accepts_the_arguments(modules: tuple[ModuleType, ModuleType]) -> None:
+    bench, _ = modules
+    python = bench.trl_env.env_dir() / "bin/python"
+    if not (bench.trl_env.env_dir() / bench.trl_env.READY_MARKER).is_file():
+        pytest.skip("TRL's environment is not built (benchmarks/trl_env.py builds it)")
+    code = (
+        "import json, sys; sys.path.insert(0, 'benchmarks'); from trl import GRPOConfig;"
+        "from trl_grpo_step import grpo_config_kwargs;"
+        "k = dict(json.load(sys.stdin), micro_batch=32);"
+        "c = GRPOConfig(**grpo_config_kwargs(k, '/tmp/trl-config-check', 3));"
+        "print(c.generation_batch_size, c.steps_per_generation, c.loss_type, c.beta)"
+    )
+    knobs = json.dumps(bench.experiment_knobs(compose(EXPERIMENT)))
+    done = subprocess.run(
+        [str(python), "-c", code], input=knobs, capture_output=True, text=True, cwd=ROOT,
+        timeout=180, env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # One generation of all 64 completions per optimizer step (two micro batches of 32): TRL
+    # then computes no old log probs, as the experiment takes the rollout's.
+    assert done.stdout.split() == ["64", "2", "dapo", "0.01"]
