@@ -26,7 +26,7 @@ differ, so each side's response lengths (which set most of the cost) are printed
 verl's ``grpo_drop_constant`` masks all-alike groups out of the loss where TRL keeps them at
 advantage 0 (same compute, other loss); TRL 0.24's Trainer also divides the ``dapo`` loss by the
 accumulation steps (a smaller gradient, which AdamW mostly normalizes away). Our s/step is verl's
-``timing_s/step``, which leaves out its profiler-hook timers (printed with them too); TRL's is the
+``timing_s/step`` (its profiler hooks and logging, outside it, take milliseconds); TRL's is the
 wall from one step's end to the next. Three steps on a shared 2-core machine are a few noisy
 samples; neither side's learning is compared here.
 """
@@ -241,15 +241,6 @@ def report(ours: dict[str, Any] | None, trl: dict[str, Any] | None, steps: int) 
         print("ratio: - (a side has no timed step)")
     else:
         print(f"ratio (ours/TRL speed = TRL s/step / ours s/step): {ratio:.2f}x")
-    # verl times its profiler hooks outside timing_s/step (they ran seconds here even with the
-    # profiler off); TRL's step time is from one step's end to the next, so it holds everything.
-    hooks = ("timing_s/step", "timing_s/start_profile", "timing_s/stop_profile")
-    our_wall = _median([sum(r.get(k, 0.0) for k in hooks) for r in our_rows])
-    if our_rows and trl_rows:
-        print(
-            f"  ours with verl's start/stop_profile timers: {our_wall:.2f} s/step, "
-            f"ratio {trl_s / our_wall:.2f}x"
-        )
     keys = sorted({k for r in our_rows for k in r if k.startswith("timing_s/")})
     medians = {k: _median([r[k] for r in our_rows if k in r]) for k in keys}
     if keys:
