@@ -191,11 +191,14 @@ def run_trl(args: argparse.Namespace, work: Path, data: Path, knobs: dict[str, A
     env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, as ours
     done = processes.run_bounded(cmd, env, args.timeout_s, ROOT, log)
     # Its per-step lines, also when it failed or timed out part way (the steps done still count).
-    steps = [
-        json.loads(line.split("TRL step ", 1)[1])
-        for line in log.read_text(errors="replace").splitlines()
-        if "TRL step {" in line
-    ]
+    # Trainer logs once more at the end of training, so a step's line can come twice: one
+    # record per step, the last one printed.
+    by_step = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if "TRL step {" in line:
+            record = json.loads(line.split("TRL step ", 1)[1])
+            by_step[record["step"]] = record
+    steps = [by_step[step] for step in sorted(by_step)]
     for record in steps:
         print(
             f"   step {record['step']}: {record['seconds']:6.1f} s, response length "
