@@ -123,7 +123,7 @@ def test_data_flags_are_the_quickstarts(modules: tuple[ModuleType, ModuleType]) 
 def test_trl_grpo_config_accepts_the_arguments(modules: tuple[ModuleType, ModuleType]) -> None:
     bench, _ = modules
     python = bench.trl_env.env_dir() / "bin/python"
-    if not (bench.trl_env.env_dir() / bench.trl_env.READY_MARKER).is_file():
+    if not bench.trl_env.built():
         pytest.skip("TRL's environment is not built (benchmarks/trl_env.py builds it)")
     code = (
         "import json, sys; sys.path.insert(0, 'benchmarks'); from trl import GRPOConfig;"

@@ -1,8 +1,7 @@
 """TuFT 0.2.2's real server on 127.0.0.1, in its CPU test mode, for the Tinker tests.
 
-Its environment is its own (tests/data/tuft_cpu_requirements.txt, built once with ``uv pip`` and
-kept under ``~/.cache/rlvr-recipes``, named by the file's hash; a marker written last makes a
-half-built one be built again): TuFT pins torch 2.11, transformers 5 and vllm 0.24, which cannot
+Its environment is its own (tests/data/tuft_cpu_requirements.txt, built once and cached by
+rlvr/common/side_env.py): TuFT pins torch 2.11, transformers 5 and vllm 0.24, which cannot
 share the project's environment. torch, which this mode still imports, comes from the project's
 environment through a .pth file placed after the server's own packages.
 
@@ -16,13 +15,11 @@ no language model samples or trains, and its checkpoints hold metadata, not adap
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,39 +27,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.common.side_env import ensure_side_env, side_env_dir
+
 REQUIREMENTS = Path(__file__).parent / "data" / "tuft_cpu_requirements.txt"
 TUFT = "tuft==0.2.2"
 API_KEY = "tml-rlvr-test"  # the tinker SDK refuses keys without the tml- prefix
 MAX_LORA_RANK = 32
-READY_MARKER = ".rlvr-ready"
 EXPERIMENT = "countdown_qwen3_4b_tinker"
 RUN_TIMEOUT_S = 180  # one launcher run against the server, a hard limit
 
 
 def env_dir() -> Path:
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + TUFT.encode()).hexdigest()[:12]
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlvr-recipes"
-    return Path(os.environ.get("RLVR_TUFT_ENV", root / f"tuft-0.2.2-{digest}"))
+    return side_env_dir("tuft-0.2.2", REQUIREMENTS.read_bytes() + TUFT.encode(), "RLVR_TUFT_ENV")
 
 
 def ensure_env() -> Path:
     """The server's environment, built when missing or half built; its python."""
-    venv = env_dir()
-    python = venv / "bin" / "python"
-    if not (venv / READY_MARKER).is_file():
-        subprocess.run(["uv", "venv", "--quiet", "--clear", "--python", sys.executable, str(venv)],
-                       check=True)  # fmt: skip
-        install = ["uv", "pip", "install", "--quiet", "--python", str(python)]
-        subprocess.run([*install, "-r", str(REQUIREMENTS)], check=True)
-        subprocess.run([*install, "--no-deps", TUFT], check=True)
-        (venv / READY_MARKER).write_text(TUFT + "\n")
-    # torch from the project's environment, after the server's own packages (rewritten each
-    # time: another checkout's tests may share this environment).
-    own = Path(subprocess.check_output(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-    ).strip())  # fmt: skip
-    (own / "zz_rlvr_project_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python
+    installs = [["-r", str(REQUIREMENTS)], ["--no-deps", TUFT]]
+    return ensure_side_env(env_dir(), installs, TUFT)
 
 
 def _die_with_parent() -> None:
