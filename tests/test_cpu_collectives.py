@@ -75,7 +75,8 @@ def four_ranks() -> dict:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(port, results), nprocs=WORLD, join=True)
+    # fork, not spawn: the ranks inherit the imported torch instead of importing it four times.
+    mp.start_processes(_worker, args=(port, results), nprocs=WORLD, join=True, start_method="fork")
     return dict(results[0])
 
 
