@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlvr.evaluation.generation import HFBackend, SamplingSettings
-from rlvr.evaluation.model_source import resolve_model
-from rlvr.evaluation.runs import load_rows, render_prompt
+from rlvr.evaluation.generation import HFBackend
+from rlvr.evaluation.model import resolve_model
+from rlvr.evaluation.prompts import load_rows, render_prompt
+from rlvr.evaluation.settings import SamplingSettings
 from rlvr.tasks.countdown import prepare
 
 ROOT = Path(__file__).resolve().parents[1]

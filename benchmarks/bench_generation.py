@@ -30,8 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.evaluation.generation import HFBackend, SamplingSettings
-from rlvr.evaluation.model_source import resolve_model
+from rlvr.evaluation.generation import HFBackend
+from rlvr.evaluation.model import resolve_model
+from rlvr.evaluation.settings import SamplingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = {"smollm2": "artifacts/models/smollm2-135m-instruct", "tiny": "artifacts/models/tiny"}
@@ -111,7 +112,7 @@ def old_backend_class(rev: str) -> Any:
 
 def countdown_prompts(tokenizer: Any, count: int, template: str) -> list[list[int]]:
     """``count`` generated Countdown test prompts, rendered exactly as eval renders them."""
-    from rlvr.evaluation.runs import load_rows, render_prompt
+    from rlvr.evaluation.prompts import load_rows, render_prompt
     from rlvr.tasks.countdown import prepare
 
     with tempfile.TemporaryDirectory() as tmp:

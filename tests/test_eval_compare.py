@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from rlvr.evaluation import cli as eval_cli
-from rlvr.evaluation.comparable import fingerprints
-from rlvr.evaluation.records import GradedSample, RunHeader, Summary, write_jsonl
+from rlvr.evaluation.prompts import fingerprints
+from rlvr.evaluation.run_folder import GradedSample, RunHeader, Summary, write_jsonl
 
 SAMPLING: dict[str, Any] = {
     "n": 2,

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.generation import HFBackend, SamplingSettings, _from_vllm, make_backend
-from rlvr.evaluation.model_source import ModelSource, resolve_model
+from rlvr.evaluation import EvalError
+from rlvr.evaluation.generation import HFBackend, _from_vllm, make_backend
+from rlvr.evaluation.model import ModelSource, resolve_model
+from rlvr.evaluation.settings import SamplingSettings
 
 
 def _prompts(tokenizer) -> list[list[int]]:

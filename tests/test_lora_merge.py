@@ -24,9 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rlvr.evaluation.errors import EvalError
+from rlvr.evaluation import EvalError
 from rlvr.evaluation.generation import HFBackend
-from rlvr.evaluation.model_source import resolve_model
+from rlvr.evaluation.model import resolve_model
 from rlvr.train import lora_merge
 from rlvr.train.lora_merge import (
     TEMP_PREFIX,

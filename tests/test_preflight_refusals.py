@@ -377,8 +377,8 @@ def test_preflight_and_eval_share_one_weight_rule(
     inputs: dict[str, Path], folder: str, refused: bool
 ) -> None:
     """A folder pre-flight passes, eval loads too, and the other way round (rlvr.models.hub)."""
-    from rlvr.evaluation.errors import EvalError
-    from rlvr.evaluation.model_source import resolve_model
+    from rlvr.evaluation import EvalError
+    from rlvr.evaluation.model import resolve_model
 
     path = str(inputs["root"] / folder)
     assert (model_path_problem(path) is not None) is refused

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.evaluation import EvalError
 from rlvr.evaluation import cli as eval_cli
-from rlvr.evaluation import metrics, model_checks, recommend, records
-from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.recommend import Current
-from rlvr.evaluation.records import GradedSample
+from rlvr.evaluation import model as model_checks
+from rlvr.evaluation import run_folder as records
+from rlvr.evaluation import statistics as metrics
+from rlvr.evaluation import statistics as recommend
+from rlvr.evaluation.run_folder import GradedSample
+from rlvr.evaluation.statistics import Current
 
 TRAINING = Current(1024, "--experiment gsm8k_qwen2_5_3b")
 # Qwen3's switch, as its chat template writes it (huggingface.co/Qwen/Qwen3-4B,
@@ -313,8 +316,9 @@ def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
     """A base-like model: its sampler stops on <|endoftext|> only, so responses that emit
     <|im_end|> run on to the cap; the check finds the token in the generated ids."""
     from rlvr import tasks
-    from rlvr.evaluation import runs
-    from rlvr.evaluation.generation import Generation, SamplingSettings
+    from rlvr.evaluation import grading, prompts
+    from rlvr.evaluation.generation import Generation
+    from rlvr.evaluation.settings import SamplingSettings
 
     tokenizer.eos_token = "<|endoftext|>"
 
@@ -328,7 +332,7 @@ def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
             ran_on = Generation("no idea", 8, "length", [-1.0] * 8, [5, 6, IM_END, 1, 7, 8, 9, 5])
             return [[ran_on] * sampling.n for _ in prompts]
 
-    run = runs.EvalRun(
+    run = grading.EvalRun(
         task=tasks.get("countdown"),
         model_path="runs-on",
         data_path=str(countdown_data_path),
@@ -337,8 +341,8 @@ def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
         progress=False,
         generation_eos=[ENDOFTEXT],
     )
-    rows = runs.load_rows(countdown_data_path, limit=2)
-    summary = runs.run_analyse(run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8))
+    rows = prompts.load_rows(countdown_data_path, limit=2)
+    summary = eval_cli.run_analyse(run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8))
     assert summary.recommendations is not None
     last = summary.recommendations.checks[-1]
     assert last.name == "responses end" and "4 of those emitted <|im_end|> (id 2)" in last.message

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.model_source import ModelSource, load_failure, load_tokenizer
+from rlvr.evaluation import EvalError
+from rlvr.evaluation.model import ModelSource, load_failure, load_tokenizer, stop_ids
+from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
 
@@ -32,16 +33,6 @@ class Generation:
     finish_reason: str  # "stop" (end-of-sequence token) or "length" (hit max_tokens)
     logprobs: list[float] = field(default_factory=list)  # one per generated token
     token_ids: list[int] = field(default_factory=list)
-
-
-@dataclass
-class SamplingSettings:
-    n: int = 1
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    max_tokens: int = 256
-    seed: int = 0
-    ignore_eos: bool = False  # decode exactly max_tokens (throughput benchmarks, like vLLM's)
 
 
 class Backend(Protocol):
@@ -123,7 +114,10 @@ class HFBackend:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        self.eos_ids = _eos_ids(self.tokenizer, self.model)
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        self.eos_ids = stop_ids(
+            self.tokenizer, configured if isinstance(configured, list) else [configured]
+        )
         # On a CPU each prompt's prefill is kept: --greedy_output decodes the sampled run's
         # prompts again (rlvr/models/prefill.py); a GPU prefills each batch at once instead.
         self.prefills = PromptPrefills(self.model) if device == "cpu" else None
@@ -214,16 +208,6 @@ class HFBackend:
             logprobs=logprobs[: len(tokens)],
             token_ids=tokens,
         )
-
-
-def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
-    """The tokenizer's eos plus the model's generation-config eos ids (Qwen lists two)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for token in configured if isinstance(configured, list) else [configured]:
-        if token is not None and token not in ids:
-            ids.append(int(token))
-    return ids
 
 
 class VLLMBackend:

@@ -20,14 +20,15 @@ them (scripts/quickstart.sh reads its temperature and step count from it).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rlvr.evaluation.errors import EvalError
-from rlvr.evaluation.records import JSONDict, jsonable
+from rlvr.evaluation import EvalError
+from rlvr.evaluation.run_folder import JSONDict, jsonable
 from rlvr.tasks import TaskSpec
 
 
@@ -182,6 +183,57 @@ def eval_settings(
             "template_kwargs": {**settings.template_kwargs, **(template_kwargs or {})},
         }
     )
+
+
+@dataclass
+class SamplingSettings:
+    n: int = 1
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int = 0
+    ignore_eos: bool = False  # decode exactly max_tokens (throughput benchmarks, like vLLM's)
+
+
+def sampling_settings(args: argparse.Namespace, settings: RunSettings) -> SamplingSettings:
+    """The command's sampling options, where not given the training rollout's (temperature,
+    top_p) and response length; ``reward`` has none and decodes greedily."""
+    given = {"n": args.n} if "n" in args else {}
+    for key in ("temperature", "top_p"):
+        if key in args:
+            flag, trained = getattr(args, key), getattr(settings, key)
+            given[key] = flag if flag is not None else (1.0 if trained is None else trained)
+    return SamplingSettings(
+        max_tokens=args.max_tokens or settings.max_response_length, seed=args.seed, **given
+    )
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 4, 8, 16 up to n, and n."""
+    return sorted({k for k in (1, 4, 8, 16) if k <= n} | {n})
+
+
+def check_group(command: str, n: int, ks: Sequence[int] = ()) -> None:
+    """passk's k values against n; analyse's group size."""
+    bad = [k for k in ks if not 1 <= k <= n]
+    if command == "passk" and bad:
+        raise EvalError(f"--k {bad}: every k must be between 1 and --n {n}")
+    if command == "analyse" and n < 2:
+        raise EvalError("--n (or --rollout_n) must be at least 2: variance needs a group")
+
+
+def checked_ks(command: str, k_flag: list[int] | None, sampling: SamplingSettings) -> list[int]:
+    """The passk command's k values (checked against n); analyse's group size checked; both
+    need sampling (at temperature 0 every sample of a prompt is the same)."""
+    n = sampling.n
+    if command in ("passk", "analyse") and n > 1 and sampling.temperature <= 0.0:
+        raise EvalError(
+            f"--temperature 0 with --n {n}: greedy samples are all the same, so {command} would "
+            "measure nothing; pass training's rollout temperature (e.g. --temperature 1.0)"
+        )
+    ks = (k_flag or default_ks(n)) if command == "passk" else []
+    check_group(command, n, ks)
+    return ks
 
 
 def main(argv: Sequence[str] | None = None) -> int:

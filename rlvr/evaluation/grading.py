@@ -1,0 +1,145 @@
+"""The grading stage: each prompt's responses generated (the backend of ``generation.py``) and
+graded with the task's reward module and the training run's reward kwargs, each chunk's samples
+appended to ``samples.jsonl`` as it finishes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from rlvr.evaluation.generation import Backend, Generation
+from rlvr.evaluation.model import require_chat_template
+from rlvr.evaluation.prompts import Row, fingerprints, render_prompt, tokenizer_of
+from rlvr.evaluation.run_folder import ANSWER_KEY, GradedSample, JSONDict, RunHeader, jsonable
+from rlvr.evaluation.settings import RunSettings, SamplingSettings, check_reward_kwargs
+from rlvr.tasks import TaskSpec
+
+RewardFunction = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class Grader:
+    """The reward file's functions: ``compute_score`` and, when it has one, ``answer_key``."""
+
+    compute_score: RewardFunction
+    answer_key: Callable[..., object] | None = None
+
+
+@dataclass
+class EvalRun:
+    """One eval run: the model, the data, how to grade, and where the results go."""
+
+    task: TaskSpec
+    model_path: str
+    data_path: str
+    output_dir: Path  # the run folder; written whole at the end, see run_folder.staged_run_dir
+    backend: Backend
+    reward_kwargs: JSONDict = field(default_factory=dict)
+    template_kwargs: JSONDict = field(default_factory=dict)
+    prompts_per_chunk: int = 16
+    progress: bool = True
+    force: bool = False  # replace an existing output_dir (once the run has completed)
+    training: RunSettings | None = None  # what analyse's suggestions are compared with
+    generation_eos: list[int] | None = None  # generation_config.json's eos ids; None: no file
+    generation_seconds: float = 0.0  # sample_and_grade's wall time: the summary's "timing"
+
+    def sample_and_grade(
+        self, rows: Sequence[Row], sampling: SamplingSettings, folder: Path
+    ) -> list[list[GradedSample]]:
+        """Generate ``sampling.n`` responses per row and grade each one, appending each chunk's
+        samples to ``folder/samples.jsonl`` (a new file) as it finishes; the wall time of it all
+        (generating, grading, writing) is kept in ``generation_seconds``."""
+        from tqdm import tqdm
+
+        check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
+        require_chat_template(tokenizer_of(self.backend), self.template_kwargs)
+        grader = Grader(self.task.load_reward(), self.task.load_answer_key())
+        graded: list[list[GradedSample]] = []
+        started = time.perf_counter()
+        with (
+            open(folder / "samples.jsonl", "x") as samples_file,
+            tqdm(
+                total=len(rows),
+                desc=f"{self.task.name} n={sampling.n}",
+                unit="prompt",
+                disable=not self.progress,
+                file=sys.stderr,
+            ) as bar,
+        ):
+            for start in range(0, len(rows), self.prompts_per_chunk):
+                chunk = rows[start : start + self.prompts_per_chunk]
+                chunk_sampling = replace(sampling, seed=sampling.seed + start)
+                groups = self._grade_chunk(grader, chunk, chunk_sampling)
+                for sample in (s for group in groups for s in group):
+                    samples_file.write(json.dumps(sample.to_json()) + "\n")
+                samples_file.flush()
+                graded += groups
+                bar.update(len(chunk))
+        self.generation_seconds = time.perf_counter() - started
+        return graded
+
+    def _grade_chunk(
+        self, grader: Grader, chunk: Sequence[Row], sampling: SamplingSettings
+    ) -> list[list[GradedSample]]:
+        tokenizer = tokenizer_of(self.backend)
+        prompts = [render_prompt(tokenizer, row["prompt"], **self.template_kwargs) for row in chunk]
+        generations = self.backend.generate(prompts, sampling)
+        return [
+            [self._grade(grader, row, len(ids), k, g) for k, g in enumerate(group)]
+            for row, ids, group in zip(chunk, prompts, generations, strict=True)
+        ]
+
+    def _grade(
+        self,
+        grader: Grader,
+        row: Row,
+        prompt_tokens: int,
+        sample: int,
+        generation: Generation,
+    ) -> GradedSample:
+        ground_truth = row["reward_model"]["ground_truth"]
+        result = grader.compute_score(
+            row["data_source"],
+            generation.text,
+            ground_truth,
+            jsonable(row.get("extra_info")),
+            **self.reward_kwargs,
+        )
+        parts = result if isinstance(result, dict) else {"score": result}  # verl allows a float
+        if grader.answer_key is not None:
+            key = grader.answer_key(generation.text, ground_truth, **self.reward_kwargs)
+            parts = {**parts, ANSWER_KEY: None if key is None else str(key)}
+        logprobs = list(generation.logprobs)
+        return GradedSample(
+            prompt_index=row["_index"],
+            sample=sample,
+            ground_truth=jsonable(ground_truth),
+            prompt_tokens=prompt_tokens,
+            response=generation.text,
+            response_tokens=generation.num_tokens,
+            finish_reason=generation.finish_reason,
+            mean_neg_logprob=-sum(logprobs) / len(logprobs) if logprobs else None,
+            parts={str(key): jsonable(value) for key, value in parts.items()},
+            logprobs=logprobs,
+            token_ids=list(generation.token_ids),
+        )
+
+    def header(self, command: str, sampling: SamplingSettings, rows: Sequence[Row]) -> RunHeader:
+        tokenizer = tokenizer_of(self.backend)  # rendered again: cheap beside generation
+        rendered = [render_prompt(tokenizer, r["prompt"], **self.template_kwargs) for r in rows]
+        return RunHeader(
+            command=command,
+            task=self.task.name,
+            model=self.model_path,
+            data=str(Path(self.data_path).resolve()),
+            prompts=len(rows),
+            backend=self.backend.name,
+            sampling={key: jsonable(value) for key, value in asdict(sampling).items()},
+            reward_kwargs=dict(self.reward_kwargs),
+            template_kwargs=dict(self.template_kwargs),
+            **fingerprints(rows, rendered),
+        )

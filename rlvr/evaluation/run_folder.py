@@ -1,0 +1,702 @@
+"""The run folder: its records, written so that a folder never mixes two runs, and its
+Markdown.
+
+| record | file | one per |
+|---|---|---|
+| ``GradedSample`` | ``samples.jsonl`` | response |
+| ``PassKRecord`` / ``AnalyseRecord`` | ``prompts.jsonl`` | prompt (``passk`` / ``analyse``) |
+| ``Summary`` (``RunHeader`` + metrics + verdict + ``Recommendations``) | ``summary.json`` | run |
+
+On disk each record is one flat JSON object with the keys users and ``compare`` read
+(``prompt_index``, ``score``, ``pass@4``, ``mean_variance``, ...); ``to_json`` writes that form
+and ``parse`` reads it back with pydantic in strict mode ("3", 3.0 or true is no integer), so a
+summary from any earlier version loads and a bad one fails in one line.
+
+A model command writes into a staging folder beside its ``--output``
+(``.<name>.partial-<pid>``) and moves it into place whole once the run has completed. An
+existing output is refused (``--force`` replaces it, and only after the new run completed);
+an interrupted run leaves the old folder untouched and its partial samples in the staging
+folder. Single files (``compare --output``, ``filter --output``) are written atomically under
+the same rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from rlvr.common.files import (
+    DiskFullError,
+    disk_full_translated,
+    staged,
+    swap_in,
+    tree_size,
+    write_json_atomic,
+    write_text_atomic,
+)
+from rlvr.common.paths import ROOT
+from rlvr.common.signals import signals_deferred
+from rlvr.evaluation import EvalError
+
+JSONValue: TypeAlias = JsonValue
+JSONDict: TypeAlias = dict[str, JsonValue]
+ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
+R = TypeVar("R")
+FINGERPRINT_KEYS = ("prompts_sha256", "rendered_sha256")  # RunHeader's, optional
+# summary.json's {"generation_seconds", "generated_tokens"}: an object, so not a metric, and
+# absent from runs written before it was recorded.
+TIMING_KEY = "timing"
+
+
+def jsonable(value: object) -> JSONValue:
+    """Parquet hands back numpy arrays and scalars; JSON wants lists and plain numbers."""
+    to_list = getattr(value, "tolist", None)
+    if callable(to_list):
+        return jsonable(to_list())
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"{type(value).__name__} is not JSON-serializable: {value!r}")
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # built once per record type
+
+
+def parse(cls: type[R], text: str | bytes, source: str) -> R:
+    """One record from its JSON text; a bad one as an EvalError naming ``source`` and the key."""
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    try:
+        return _ADAPTERS[cls].validate_json(text, strict=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        raise EvalError(f"{source}: {f'{key!r}: ' if key else ''}{error['msg']}") from exc
+
+
+def _as_float(value: object) -> float | None:
+    """A reward part as a number (bools count: ``format`` may be one), else None."""
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True)
+class PromptStats:
+    """One prompt's group of n sampled responses."""
+
+    prompt_index: int
+    n: int
+    mean_score: float
+    success_rate: float
+    variance: float
+    outcome_entropy: float
+    token_entropy: float | None  # mean -log p of sampled tokens (nats/token); None if no logprobs
+
+    def as_dict(self) -> dict[str, int | float | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str  # "sft_first" | "partial_credit" | "harder_data" | "ready_for_grpo" | "marginal"
+    advice: str
+    checks: dict[str, bool]
+
+
+class _Record(BaseModel):
+    # strict: what parse refuses on disk, the constructor refuses in memory too
+    model_config = ConfigDict(strict=True, frozen=True)
+
+    def to_json(self) -> JSONDict:
+        return self.model_dump()
+
+
+class GradedSample(_Record):
+    """One response and its grade: a line of ``samples.jsonl`` (the logprobs stay in memory)."""
+
+    prompt_index: int
+    sample: int
+    ground_truth: JsonValue = None
+    prompt_tokens: int
+    response: str
+    response_tokens: int
+    finish_reason: str  # "stop" or "length" (hit max_tokens)
+    mean_neg_logprob: float | None = None
+    # Everything the reward returned (score, format, valid, correct...), and its answer_key when
+    # the reward file defines one (a string, or None for no answer: what maj@k votes on). On
+    # disk these keys sit beside the fields above.
+    parts: JSONDict
+    logprobs: list[float] = Field(default_factory=list, exclude=True, repr=False)
+    # the generated token ids, in memory only: the checks look for an end-of-turn token in them
+    token_ids: list[int] = Field(default_factory=list, exclude=True, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_parts(cls, data: Any) -> Any:
+        """A dict without ``parts`` is the flat form on disk: every other key is a part."""
+        if not isinstance(data, dict) or "parts" in data:
+            return data
+        own = cls.model_fields.keys() - {"parts", "logprobs", "token_ids"}
+        parts = {k: v for k, v in data.items() if k not in own}
+        return {**{k: v for k, v in data.items() if k in own}, "parts": parts}
+
+    @model_validator(mode="after")
+    def _scored(self) -> GradedSample:
+        if _as_float(self.parts.get("score")) is None:
+            raise EvalError(f"prompt {self.prompt_index}: the reward returned no numeric score")
+        return self
+
+    @property
+    def score(self) -> float:
+        return _as_float(self.parts.get("score")) or 0.0  # always there: checked on creation
+
+    @property
+    def format(self) -> float:
+        """The reward's ``format`` part (1.0 = a parsable answer); 0.0 when it has none."""
+        return _as_float(self.parts.get("format")) or 0.0
+
+    @property
+    def answer_key(self) -> str | None:
+        """The answer this response gives (``answer_key`` of the reward file), None for none."""
+        key = self.parts.get(ANSWER_KEY)
+        return key if isinstance(key, str) else None
+
+    def to_json(self) -> JSONDict:
+        return {**self.model_dump(exclude={"parts"}), **self.parts}
+
+
+class PassKRecord(_Record):
+    """One prompt of a ``passk`` run: its successes among n samples, pass@k for each k and, when
+    the reward names answers, maj@k for each k (written as ``pass@4``, ``maj@4``...)."""
+
+    prompt_index: int
+    ground_truth: JsonValue
+    n: int
+    successes: int
+    pass_at: dict[int, float] = Field(exclude=True)  # k -> unbiased pass@k
+    maj_at: dict[int, float] = Field(default_factory=dict, exclude=True)  # empty: no answer keys
+
+    def to_json(self) -> JSONDict:
+        at = {f"pass@{k}": v for k, v in self.pass_at.items()}
+        return {**super().to_json(), **at, **{f"maj@{k}": v for k, v in self.maj_at.items()}}
+
+
+@dataclass(frozen=True)
+class AnalyseRecord(PromptStats):
+    """One prompt of an ``analyse`` run: its group statistics and ground truth.
+
+    A dataclass, to stay the ``PromptStats`` that ``statistics`` takes; ``parse`` reads it all the
+    same (strict pydantic accepts a JSON object for a dataclass)."""
+
+    ground_truth: JsonValue = None
+
+    @classmethod
+    def of(cls, stats: PromptStats, ground_truth: JSONValue) -> AnalyseRecord:
+        return cls(**asdict(stats), ground_truth=ground_truth)
+
+    def to_json(self) -> JSONDict:
+        return asdict(self)
+
+
+class RunHeader(_Record):
+    """What a run was: command, task, model, data, backend, sampling and grading settings."""
+
+    command: str
+    task: str
+    model: str
+    data: str  # the resolved Parquet path
+    prompts: int
+    backend: str
+    sampling: JSONDict
+    reward_kwargs: JSONDict
+    template_kwargs: JSONDict
+    # What ``compare`` checks the prompts by (``statistics.check_comparable``); None in runs
+    # written before they were recorded, and then left out on disk so an old summary
+    # round-trips unchanged.
+    prompts_sha256: str | None = None  # the data's prompts and ground truths, in order
+    rendered_sha256: str | None = None  # the token ids the model saw (chat template applied)
+
+    def to_json(self) -> JSONDict:
+        flat = self.model_dump()
+        return {k: v for k, v in flat.items() if k not in FINGERPRINT_KEYS or v is not None}
+
+
+class _VerdictKeys(_Record):
+    """A ``Verdict`` as ``summary.json`` holds it."""
+
+    verdict: str
+    advice: str = ""
+    checks: dict[str, bool] = Field(default_factory=dict)
+
+
+class SuggestedSetting(_Record):
+    """One training setting ``analyse`` suggests (``statistics.py``), against the value it would
+    replace."""
+
+    setting: str  # verl's key, e.g. "data.max_response_length"
+    action: str  # "keep" | "raise" | "lower" | "probe again" | "change the data"
+    suggested: int | None  # None: no value of this setting fixes what the probe found
+    current: int | None  # the value compared with; None where nothing sets it
+    compared_with: str  # where ``current`` comes from
+    reason: str
+    table: dict[str, float] = Field(default_factory=dict)  # rollout.n: n -> useful-group share
+
+
+class CheckLine(_Record):
+    """One check of the model's template and end-of-sequence handling (``model.py``)."""
+
+    name: str
+    status: Literal["ok", "warning"]
+    message: str  # a warning's ends with its fix
+
+    def line(self) -> str:
+        return f"{self.status}: {self.name}: {self.message}"
+
+
+class Recommendations(_Record):
+    """What ``analyse`` recommends before a run: settings and checks (``summary.json`` key
+    ``recommendations``)."""
+
+    settings: list[SuggestedSetting]
+    checks: list[CheckLine]
+
+
+class _RecommendationsKey(_Record):
+    recommendations: Recommendations
+
+
+HEADER_KEYS = tuple(RunHeader.model_fields)
+VERDICT_KEYS = tuple(_VerdictKeys.model_fields)
+RECOMMENDATIONS_KEY = "recommendations"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A run's ``summary.json``: its header, its metrics in report order, and for ``analyse``
+    the verdict and the recommendations. ``extra`` keeps keys this version does not know, so
+    nothing is lost.
+
+    Not a pydantic model: its open keys split by value (numbers and nulls are metrics), which no
+    schema states."""
+
+    header: RunHeader
+    metrics: dict[str, float | None]  # "mean_score", "pass@1", "pass@4", "mean_variance"...
+    verdict: Verdict | None = None
+    extra: JSONDict = field(default_factory=dict)
+    recommendations: Recommendations | None = None
+
+    def to_json(self) -> JSONDict:
+        flat: JSONDict = {**self.header.to_json(), **self.metrics}
+        if self.verdict is not None:
+            checks: JSONDict = {**self.verdict.checks}
+            flat.update(verdict=self.verdict.label, advice=self.verdict.advice, checks=checks)
+        if self.recommendations is not None:
+            flat[RECOMMENDATIONS_KEY] = self.recommendations.to_json()
+        return {**flat, **self.extra}
+
+    def timed(self, seconds: float, graded: Sequence[Sequence[GradedSample]]) -> Summary:
+        """This summary with its run's wall seconds and the tokens it generated (``TIMING_KEY``)."""
+        tokens = sum(sample.response_tokens for group in graded for sample in group)
+        timing: JSONDict = {"generation_seconds": seconds, "generated_tokens": tokens}
+        return replace(self, extra={**self.extra, TIMING_KEY: timing})
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens generated per wall second of the run; None where it was not recorded."""
+        timing = self.extra.get(TIMING_KEY)
+        if not isinstance(timing, dict):
+            return None
+        seconds, tokens = timing.get("generation_seconds"), timing.get("generated_tokens")
+        if not isinstance(seconds, int | float) or not isinstance(tokens, int) or seconds <= 0:
+            return None
+        return tokens / seconds
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "summary.json") -> Summary:
+        """The header and verdict keys are typed; other numbers (or nulls) are metrics."""
+        header = parse(RunHeader, text, source)
+        data: JSONDict = json.loads(text)  # an object: RunHeader checked that
+        verdict = None
+        if "verdict" in data:
+            keys = parse(_VerdictKeys, text, source)
+            verdict = Verdict(keys.verdict, keys.advice, keys.checks)
+        recommended = None
+        if RECOMMENDATIONS_KEY in data:
+            recommended = parse(_RecommendationsKey, text, source).recommendations
+        known = (*HEADER_KEYS, *VERDICT_KEYS, RECOMMENDATIONS_KEY)
+        rest = {k: v for k, v in data.items() if k not in known}
+        return cls(
+            header=header,
+            metrics={k: _as_float(v) for k, v in rest.items() if _ismetric_value(v)},
+            verdict=verdict,
+            extra={k: v for k, v in rest.items() if not _ismetric_value(v)},
+            recommendations=recommended,
+        )
+
+
+def _ismetric_value(value: object) -> bool:
+    """A number or null (a metric not measured); a bool is no metric."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def write_jsonl(path: Path, records: Iterable[JSONDict], mode: str = "x") -> None:
+    """One JSON object per line; ``x`` (the default) refuses to overwrite a file."""
+    with open(path, mode) as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def read_records(path: Path, cls: type[R]) -> list[R]:
+    """Every line of a JSON-lines file as a ``cls`` record; an error names the line."""
+    lines = enumerate(path.read_text().splitlines(), 1)
+    return [parse(cls, line, f"{path} line {i}") for i, line in lines if line.strip()]
+
+
+def load_summary(path: str | Path) -> Summary:
+    """A run's summary, from its folder or its ``summary.json``."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    if not file.is_file():
+        raise EvalError(f"{path}: no summary.json (is it an eval run folder?)")
+    return Summary.from_json(file.read_text(), str(file))
+
+
+def default_output_dir(task: str, command: str, model_path: str) -> Path:
+    """``artifacts/eval/<task>_<command>_<model>``, the model named by its distinctive parts."""
+    parts = [p for p in Path(model_path).parts if p not in ("actor", "huggingface", "/")]
+    slug = "-".join(parts[-2:]) if parts else "model"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", slug).strip("_.") or "model"
+    return ROOT / "artifacts" / "eval" / f"{task}_{command}_{slug}"
+
+
+RUN_FILES = ("summary.json", "samples.jsonl")  # what makes a folder an eval run folder
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _refusal(flag: str, path: Path) -> EvalError:
+    return EvalError(
+        f"{flag} {path} already exists; pass --force to replace it once the new results are "
+        f"complete, or choose another {flag}"
+    )
+
+
+def _link_refusal(flag: str, path: Path) -> EvalError:
+    target = os.readlink(path)
+    dangling = "" if path.exists() else ", which does not exist"
+    return EvalError(
+        f"{flag} {path} is a symbolic link (to {target}{dangling}); pass a real path, not a link"
+    )
+
+
+def check_writable(path: Path, flag: str = "--output") -> None:
+    """Refuse, before any work, an output that could never be written: one below a file (or
+    a dangling link), or in a folder this process may not write in."""
+    path = Path(os.path.abspath(path))
+    folder = path.parent
+    while not _exists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_symlink() and not folder.exists():
+        raise EvalError(
+            f"{flag} {path}: {folder} is a dangling symbolic link; choose another {flag}"
+        )
+    if not folder.is_dir():
+        raise EvalError(f"{flag} {path}: {folder} is a file, not a folder; choose another {flag}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise EvalError(
+            f"{flag} {path}: cannot write in {folder} (permission denied); choose another {flag}"
+        )
+
+
+def refuse_existing(path: Path, force: bool, flag: str = "--output", run: bool = False) -> None:
+    """A one-line EvalError when ``path`` exists and ``--force`` was not given, when it is a
+    symbolic link (dangling or not: a run would be moved onto the link, not into its target),
+    or when it could not be written (``check_writable``). ``--force`` replaces a file, or with
+    ``run`` an eval run folder (or an empty folder), never anything else."""
+    if path.is_symlink():
+        raise _link_refusal(flag, path)
+    check_writable(path, flag)
+    if not _exists(path):
+        return
+    if not force:
+        raise _refusal(flag, path)
+    if not run and path.is_dir():
+        raise EvalError(f"{flag} {path} is a folder; --force replaces a file only")
+    if run and not path.is_dir():
+        raise EvalError(f"{flag} {path} is a file; --force replaces a run folder only")
+    if run and any(path.iterdir()) and not any((path / name).exists() for name in RUN_FILES):
+        raise EvalError(
+            f"{flag} {path} is not an eval run folder (no {' or '.join(RUN_FILES)}); "
+            "--force replaces run folders only"
+        )
+
+
+def check_complete_run(path: Path, what: str) -> None:
+    """A run folder that a completed run published: its summary and samples (and, for a
+    sampling command, its per-prompt records). A staging folder or a folder a user emptied by
+    hand is refused, so nothing is compared or filtered on part of a run."""
+    if not path.is_dir():
+        return  # a summary.json file: load_summary judges it
+    missing = [name for name in RUN_FILES if not (path / name).is_file()]
+    if missing:
+        raise EvalError(
+            f"{what} {path}: not a complete eval run folder (no {', '.join(missing)}); pass a "
+            "folder written by reward, passk or analyse"
+        )
+
+
+def staging_dir(output: Path) -> Path:
+    """The folder a run writes into before it becomes ``output``."""
+    return output.with_name(f".{output.name}.partial-{os.getpid()}")
+
+
+@contextmanager
+def staged_run_dir(output: Path, force: bool) -> Iterator[Path]:
+    """A fresh staging folder beside ``output``, moved onto it whole when the block finishes.
+
+    Without ``force`` an existing ``output`` is refused, before and after the block. When the
+    block fails, ``output`` is untouched; a staging folder holding samples stays for a look
+    (its path is printed), an empty one is removed. A full disk removes it in any case and
+    raises DiskFullError naming ``output``.
+    """
+    output = Path(os.path.abspath(output))  # "." and ".." have no name to stage beside
+    refuse_existing(output, force, run=True)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_dir(output)
+    if staging.exists():  # left by an earlier process with this pid
+        shutil.rmtree(staging)
+    try:
+        with disk_full_translated(output, written=lambda: tree_size(staging)):
+            staging.mkdir()
+            yield staging
+            _publish(staging, output, force)
+    except DiskFullError:
+        shutil.rmtree(staging, ignore_errors=True)  # the samples would only hold the disk full
+        raise
+    except BaseException:
+        _keep_or_remove(staging, output)
+        raise
+
+
+def _publish(staging: Path, output: Path, force: bool) -> None:
+    refuse_existing(output, force, run=True)  # again: it may have appeared during the run
+    if not _exists(output):
+        os.replace(staging, output)
+        return
+    previous = output.with_name(f".{output.name}.replaced-{os.getpid()}")
+    with signals_deferred():  # the old run is removed too, so none is left aside
+        swap_in(staging, output, previous)
+        if previous.is_dir() and not previous.is_symlink():
+            shutil.rmtree(previous, ignore_errors=True)
+        else:
+            previous.unlink(missing_ok=True)
+
+
+def _keep_or_remove(staging: Path, output: Path) -> None:
+    samples = staging / "samples.jsonl"
+    if samples.is_file() and samples.stat().st_size > 0:
+        # A signal between the summary's write and the swap: the run was not published, so the
+        # folder kept for a look holds samples only, never a summary that reads as complete.
+        for name in ("summary.json", "summary.md"):
+            (staging / name).unlink(missing_ok=True)
+        print(
+            f"{output} is unchanged; this unfinished run's samples are in {staging}",
+            file=sys.stderr,
+        )
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def new_file(
+    path: Path, force: bool, flag: str = "--output", needed_bytes: int | None = None
+) -> Iterator[Path]:
+    """A staging path for ``path``, renamed onto it when the block finishes; an existing
+    ``path`` is refused without ``force``. A full disk raises DiskFullError naming ``path``."""
+    refuse_existing(path, force, flag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with staged(path, needed_bytes) as staging:
+        yield staging
+
+
+def write_new_text(path: Path, text: str, force: bool, flag: str = "--output") -> None:
+    with new_file(path, force, flag, needed_bytes=len(text.encode())) as staging:
+        staging.write_text(text)
+
+
+# Metrics shown in reports, in order; rates print as percentages.
+REPORT_METRICS = (
+    ("mean_score", "mean score", "pct"),
+    ("pass@1", "pass@1", "pct"),
+    ("format_rate", "format rate", "pct"),
+    ("accuracy", "accuracy (success rate)", "pct"),
+    ("mean_variance", "mean reward variance", "num"),
+    ("nonzero_variance_fraction", "prompts with nonzero variance", "pct"),
+    ("learnable_fraction", "learnable prompts", "pct"),
+    ("mean_outcome_entropy", "mean outcome entropy (bits)", "num"),
+    ("mean_token_entropy", "mean token entropy (nats/token)", "num"),
+    ("mean_response_tokens", "mean response tokens", "len"),
+    ("truncated_rate", "truncated (hit max_tokens)", "pct"),
+)
+PASSK_KEY = re.compile(r"^pass@(\d+)$")
+MAJK_KEY = re.compile(r"^maj@(\d+)$")
+
+
+def _at_k(summary: Summary, pattern: re.Pattern[str]) -> list[str]:
+    """The summary's ``pass@k`` (or ``maj@k``) keys, smallest k first."""
+    found = [key for key in summary.metrics if pattern.match(key)]
+    return sorted(found, key=lambda key: int(key.split("@")[1]))
+
+
+def report_keys(summary: Summary) -> list[tuple[str, str, str]]:
+    at_k = [k for k in _at_k(summary, PASSK_KEY) if k != "pass@1"] + _at_k(summary, MAJK_KEY)
+    keys = [row for row in REPORT_METRICS if summary.metrics.get(row[0]) is not None]
+    return keys[:2] + [(k, k, "pct") for k in at_k] + keys[2:]
+
+
+def format_value(value: float, kind: str) -> str:
+    if kind == "pct":
+        return f"{value:.2%}"
+    return f"{value:.1f}" if kind == "len" else f"{value:.4f}"
+
+
+def format_delta(delta: float, kind: str) -> str:
+    if kind == "pct":
+        return f"{delta * 100:+.2f} pt"
+    return f"{delta:+.1f}" if kind == "len" else f"{delta:+.4f}"
+
+
+def metric_value(summary: Summary, key: str) -> float:
+    value = summary.metrics.get(key)
+    if value is None:
+        raise EvalError(f"{summary.header.model}: no {key!r} in its summary")
+    return value
+
+
+def summary_markdown(summary: Summary) -> str:
+    """What the CLI prints and ``summary.md`` holds."""
+    head, sampling = summary.header, summary.header.sampling
+    lines = [
+        f"# {head.task} {head.command}: {head.model}",
+        "",
+        f"{head.prompts} prompts from `{head.data}`, backend {head.backend}, "
+        f"n={sampling.get('n')}, temperature={sampling.get('temperature')}, "
+        f"max_tokens={sampling.get('max_tokens')}, seed={sampling.get('seed')}.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    lines += [
+        f"| {label} | {format_value(metric_value(summary, key), kind)} |"
+        for key, label, kind in report_keys(summary)
+    ]
+    if summary.verdict is not None:
+        judged = summary.verdict
+        lines += ["", f"**Verdict: {judged.label}.** {judged.advice}", ""]
+        lines += [f"- [{'x' if ok else ' '}] {name}" for name, ok in judged.checks.items()]
+    if summary.recommendations is not None:
+        lines += recommendations_markdown(summary.recommendations)
+    return "\n".join(lines) + "\n"
+
+
+def recommendations_markdown(recommended: Recommendations) -> list[str]:
+    """The suggested settings (with the rollout.n table) and the checks, one line each."""
+    lines = ["", "## Suggested settings", "", "| setting | now | suggested | why |"]
+    lines.append("|---|---|---|---|")
+    for item in recommended.settings:
+        now = "unset" if item.current is None else str(item.current)
+        value = "-" if item.suggested is None else str(item.suggested)
+        lines.append(
+            f"| `{item.setting}` | {now} ({item.compared_with}) | {value} ({item.action}) | "
+            f"{item.reason} |"
+        )
+    for item in (s for s in recommended.settings if s.table):
+        lines += ["", f"Expected share of useful groups by `{item.setting}`:", ""]
+        lines += ["| n | " + " | ".join(item.table) + " |", "|---" * (len(item.table) + 1) + "|"]
+        lines.append(
+            "| useful groups | " + " | ".join(f"{v:.0%}" for v in item.table.values()) + " |"
+        )
+    lines += ["", "## Checks before a run", ""]
+    return lines + [f"- {check.line()}" for check in recommended.checks]
+
+
+def write_summary(folder: Path, summary: Summary) -> Summary:
+    """``summary.json`` and ``summary.md``: the last files of a run folder."""
+    write_json_atomic(folder / "summary.json", summary.to_json())
+    write_text_atomic(folder / "summary.md", summary_markdown(summary))
+    return summary
+
+
+def load_prompt_records(path: str | Path) -> tuple[list[AnalyseRecord], Summary]:
+    """An analyse run's per-prompt records and its summary."""
+    path = Path(path)
+    if not path.exists():
+        raise EvalError(f"--input {path}: no such folder; pass an analyse run folder")
+    run_dir = path if path.is_dir() else path.parent
+    summary = load_summary(run_dir)
+    if summary.header.command != "analyse":
+        raise EvalError(
+            f"{run_dir}: an {summary.header.command!r} run; stats/filter read analyse runs"
+        )
+    records_file = run_dir / "prompts.jsonl"
+    if not records_file.is_file():
+        raise EvalError(f"{run_dir}: no prompts.jsonl")
+    return read_records(records_file, AnalyseRecord), summary
+
+
+def wandb_mode() -> str:
+    """``WANDB_MODE`` when set, else online with an API key and offline without one."""
+    return os.environ.get("WANDB_MODE") or (
+        "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    )
+
+
+def log_to_wandb(run_dir: Path, summary: Summary, project: str, max_rows: int = 200) -> str:
+    """Log the summary numbers and a table of generations under ``run_dir/wandb``; returns the
+    mode (offline unless a key is configured)."""
+    import wandb
+
+    mode = wandb_mode()
+    flat = summary.to_json()
+    wb = wandb.init(
+        project=project,
+        name=run_dir.name,
+        group=f"eval-{summary.header.task}",
+        job_type=f"eval-{summary.header.command}",
+        config={k: v for k, v in flat.items() if not isinstance(v, float | int)},
+        dir=str(run_dir),
+        mode=mode,  # type: ignore[arg-type]  # a Literal there; wandb checks the value itself
+        reinit="finish_previous",
+    )
+    wb.summary.update({k: v for k, v in flat.items() if isinstance(v, float | int)})
+    table = wandb.Table(columns=["prompt_index", "sample", "response", "score", "finish_reason"])
+    with open(run_dir / "samples.jsonl") as handle:
+        for line in itertools.islice(handle, max_rows):
+            s = parse(GradedSample, line, "samples.jsonl")
+            table.add_data(s.prompt_index, s.sample, s.response, s.score, s.finish_reason)
+    wb.log({"generations": table})
+    wb.finish()
+    return mode
