@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -37,4 +38,21 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
         return value
 
     parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
+
+
+def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (or (low, high] with ``low_open``)."""
+    interval = f"{'(' if low_open else '['}{low}, {high}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not low <= value <= high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text} is not in {interval}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
     return parse

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rlvr.common.cli import OneLineParser, int_in
+from rlvr.common.cli import OneLineParser, float_in, int_in
 from rlvr.common.files import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
 from rlvr.evaluation import EvalError, generation, model, prompts, settings, statistics
@@ -71,23 +70,6 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number in [low, high] (or (low, high] with ``low_open``)."""
-    interval = f"{'(' if low_open else '['}{low}, {high}]"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or not low <= value <= high or (low_open and value == low):
-            raise argparse.ArgumentTypeError(f"{text} is not in {interval}")
-        return value
-
-    parse.__name__ = f"number in {interval}"
-    return parse
-
-
 _positive_int = int_in(1, MAX_PROMPTS)
 
 
@@ -114,96 +96,78 @@ def _k_list(text: str) -> list[int]:
     return ks
 
 
-@dataclass(frozen=True)
-class Option:
-    """One common option; ``{task}`` in its help becomes the task's name."""
-
-    name: str
-    help: str
-    default: object = None
-    type: Callable[[str], object] | None = None
-    choices: tuple[str, ...] | None = None
-    switch: bool = False  # store_true: takes no value
-
-    @property
-    def dest(self) -> str:
-        return self.name.lstrip("-")
-
-    def add_to(self, parser: argparse.ArgumentParser, task: str) -> None:
-        """Adds the option with no default (see the module docstring); ``%(default)s`` in its
-        help is filled here."""
-        text = self.help.replace("{task}", task).replace("%(default)s", str(self.default))
-        if self.switch:
-            parser.add_argument(
-                self.name, action="store_true", default=argparse.SUPPRESS, help=text
-            )
-            return
-        settings: dict[str, Any] = {"default": argparse.SUPPRESS, "help": text}
-        if self.type is not None:
-            settings["type"] = self.type
-        if self.choices is not None:
-            settings["choices"] = self.choices
-        parser.add_argument(self.name, **settings)
+def _option(name: str, text: str, **spec: Any) -> tuple[str, dict[str, Any]]:
+    """One common option: its argparse settings; ``{task}`` in its help is the task's name."""
+    return name, {"help": text, **spec}
 
 
 COMMON_OPTIONS = (
-    Option(
+    _option(
         "--model_path",
         "HF model folder (e.g. .../global_step_N/actor/huggingface), a LoRA adapter folder "
         "(loaded onto its base) or a hub id",
     ),
-    Option("--base_model", "base model for a LoRA adapter (default: the adapter's own record)"),
-    Option("--data", "data-prep Parquet (default artifacts/data/{task}/test.parquet)"),
-    Option("--limit", "evaluate the first N prompts only", type=_positive_int),
-    Option("--seed", "sampling seed (%(default)s)", default=0, type=int_in(0, 2**32 - 1)),
-    Option(
+    _option("--base_model", "base model for a LoRA adapter (default: the adapter's own record)"),
+    _option("--data", "data-prep Parquet (default artifacts/data/{task}/test.parquet)"),
+    _option("--limit", "evaluate the first N prompts only", type=_positive_int),
+    _option("--seed", "sampling seed (%(default)s)", default=0, type=int_in(0, 2**32 - 1)),
+    _option(
         "--max_tokens",
         "max new tokens per response (default: the experiment's max_response_length)",
         type=int_in(1, MAX_TOKENS),
     ),
-    Option(
+    _option(
         "--batch_size",
         "sequences the HF backend decodes together (%(default)s; vLLM batches itself)",
         default=16,
         type=int_in(1, MAX_BATCH),
     ),
-    Option(
+    _option(
         "--backend",
         "%(default)s: vLLM when CUDA and the gpu extra are there, else the HF backend",
         default="auto",
         choices=("auto", "vllm", "hf"),
     ),
-    Option(
+    _option(
         "--output",
         "run folder (default artifacts/eval/{task}_<command>_<model>); written whole at the "
         "end, an existing one is refused without --force",
     ),
-    Option("--force", "replace an existing --output, once the new run has completed", switch=True),
-    Option(
+    _option(
+        "--force",
+        "replace an existing --output, once the new run has completed",
+        action="store_true",
+    ),
+    _option(
         "--greedy_output",
         "passk and analyse: also decode greedily (the reward command) into this run folder, "
         "with the model and prompts already loaded: one process where two would load them",
     ),
-    Option(
+    _option(
         "--experiment",
         "sample and grade as this training experiment does: its max_response_length, rollout "
         "temperature and top_p, chat-template and reward kwargs (default: the response length "
         "and reward kwargs of the task's default experiment)",
     ),
-    Option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
-    Option(
+    _option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
+    _option(
         "--template_kwargs",
         "JSON object for apply_chat_template, e.g. '{\"enable_thinking\": false}'",
         type=_json_object,
     ),
-    Option(
+    _option(
         "--wandb",
         "log the summary and a generations table (offline unless WANDB_API_KEY is set)",
-        switch=True,
+        action="store_true",
     ),
-    Option("--wandb_project", "WandB project (%(default)s)", default="rlvr-recipes-eval"),
-    Option("--quiet", "no progress bar", switch=True),
+    _option("--wandb_project", "WandB project (%(default)s)", default="rlvr-recipes-eval"),
+    _option("--quiet", "no progress bar", action="store_true"),
 )
+#: What each common option is when not given (``parse`` fills them in).
+COMMON_DEFAULTS = {
+    name[2:]: spec.get("default", False if "action" in spec else None)
+    for name, spec in COMMON_OPTIONS
+}
 
 
 def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> None:
@@ -231,10 +195,12 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
 
 
 def common_options(task: str) -> argparse.ArgumentParser:
-    """A parent parser holding ``COMMON_OPTIONS``."""
+    """A parent parser holding ``COMMON_OPTIONS``, with no defaults (the module docstring);
+    ``%(default)s`` in a help is filled here."""
     common = OneLineParser(add_help=False)
-    for option in COMMON_OPTIONS:
-        option.add_to(common, task)
+    for name, spec in COMMON_OPTIONS:
+        text = spec["help"].replace("{task}", task).replace("%(default)s", str(spec.get("default")))
+        common.add_argument(name, **{**spec, "default": argparse.SUPPRESS, "help": text})
     return common
 
 
@@ -336,14 +302,14 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
         parser.error("filter: the following arguments are required: --output")
     if args.command not in MODEL_COMMANDS:
         own = {"output", "force"} if args.command != "stats" else set()
-        stray = [o.name for o in COMMON_OPTIONS if o.dest in vars(args) and o.dest not in own]
+        stray = [f"--{dest}" for dest in COMMON_DEFAULTS if dest in vars(args) and dest not in own]
         if stray:
             parser.error(
                 f"{stray[0]} is an option of {', '.join(MODEL_COMMANDS)}, not of {args.command}"
             )
-    for option in COMMON_OPTIONS:
-        if option.dest not in vars(args):
-            setattr(args, option.dest, False if option.switch else option.default)
+    for dest, default in COMMON_DEFAULTS.items():
+        if dest not in vars(args):
+            setattr(args, dest, default)
     return args
 
 
@@ -480,6 +446,7 @@ def evaluate(
 
 def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
     """Greedy decoding, one response per prompt."""
+    _check_library_call("reward", run, sampling)
     return evaluate("reward", run, rows, replace(sampling, n=1, temperature=0.0))
 
 
@@ -488,14 +455,23 @@ def run_passk(
 ) -> Summary:
     """n samples per prompt; the unbiased pass@k for each k, and maj@k when the reward file
     names each response's answer (``answer_key``)."""
-    settings.check_group("passk", sampling.n, ks)
+    _check_library_call("passk", run, sampling, ks)
     return evaluate("passk", run, rows, sampling, ks)
 
 
 def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
     """n samples per prompt at a training-like temperature: is there a GRPO signal here?"""
-    settings.check_group("analyse", sampling.n)
+    _check_library_call("analyse", run, sampling)
     return evaluate("analyse", run, rows, sampling)
+
+
+def _check_library_call(
+    command: str, run: EvalRun, sampling: SamplingSettings, ks: Sequence[int] = ()
+) -> None:
+    """For callers of ``run_*`` (not the CLI, which checks them before the model loads): the
+    group size and k values, and the reward kwargs, before any decoding."""
+    settings.check_group(command, sampling.n, ks)
+    settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
 
 
 def _print_run(summary: Summary, output_dir: Path, greedy_dir: Path | None) -> None:

@@ -15,7 +15,7 @@ from rlvr.evaluation.generation import Backend, Generation
 from rlvr.evaluation.model import require_chat_template
 from rlvr.evaluation.prompts import Row, fingerprints, render_prompt, tokenizer_of
 from rlvr.evaluation.run_folder import ANSWER_KEY, GradedSample, JSONDict, RunHeader, jsonable
-from rlvr.evaluation.settings import RunSettings, SamplingSettings, check_reward_kwargs
+from rlvr.evaluation.settings import RunSettings, SamplingSettings
 from rlvr.tasks import TaskSpec
 
 RewardFunction = Callable[..., object]
@@ -55,7 +55,6 @@ class EvalRun:
         (generating, grading, writing) is kept in ``generation_seconds``."""
         from tqdm import tqdm
 
-        check_reward_kwargs(self.task, self.reward_kwargs, "reward kwargs")  # before any decoding
         require_chat_template(tokenizer_of(self.backend), self.template_kwargs)
         grader = Grader(self.task.load_reward(), self.task.load_answer_key())
         graded: list[list[GradedSample]] = []

@@ -113,9 +113,6 @@ class PromptStats:
     outcome_entropy: float
     token_entropy: float | None  # mean -log p of sampled tokens (nats/token); None if no logprobs
 
-    def as_dict(self) -> dict[str, int | float | None]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Verdict:

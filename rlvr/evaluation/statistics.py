@@ -861,9 +861,7 @@ def run_statistics(
     """The sample-level means of every command, and passk's or analyse's own statistics."""
     samples = [s for group in graded for s in group]
     means: dict[str, float | None] = {
-        "mean_score": mean([s.score for s in samples]),
-        "pass@1": mean([float(is_success(s.score)) for s in samples]),
-        "format_rate": mean([s.format for s in samples]),
+        **{key: mean([PARTS[part][1](s) for s in samples]) for key, part in PAIRED_METRICS.items()},
         "mean_response_tokens": mean([s.response_tokens for s in samples]),
         "truncated_rate": mean([float(s.finish_reason == "length") for s in samples]),
     }
