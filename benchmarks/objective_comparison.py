@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlvr.evaluation.statistics import Interval, paired_t_interval
+from rlvr.evaluation.paired import Interval, paired_t_interval
 from rlvr.report.metrics_log import StepRecord
 from rlvr.sweep.folder import STATUS_FILE, RunStatus, load_records, run_dir
 from rlvr.sweep.grid import GridAxis, GridPoint, SweepSpec, grid_points

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rlvr.common.cli import docstring_parser
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import load_summary
+from rlvr.evaluation.records import load_summary
 from rlvr.report.stage_times import STAGE_TIMES_FILE, read_stage_times
 
 Column = dict[str, float]  # row name -> value in one folder

@@ -6,7 +6,7 @@ Usage: uv run scripts/quickstart_report.py --out DIR --greedy SFT GRPO --sampled
 
 The headline is sampled pass@1 (correct answers) of the GRPO model against the SFT model it
 started from, paired over prompts (per-prompt mean after minus before; Student t 95% interval,
-rlvr/evaluation/statistics.py); greedy pass@1 and format rate beside it. SFT's own gain (the SFT
+rlvr/evaluation/paired.py); greedy pass@1 and format rate beside it. SFT's own gain (the SFT
 model against the base model, sampled) is reported separately. Runs on different prompts or with
 different sampling are refused (exit code 2). Builds the GRPO run's report (RUN/report.md, its
 alarms: docs/REPORT.md; near its top a "Held-out change" section: these intervals and whether
@@ -26,14 +26,9 @@ from rlvr.common.cli import docstring_parser
 from rlvr.common.disk_full import report_disk_full
 from rlvr.common.files import write_json_atomic
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import load_summary
-from rlvr.evaluation.statistics import (
-    PairedDelta,
-    deltas_markdown,
-    held_out_section,
-    interval_verdict,
-    paired_deltas,
-)
+from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
+from rlvr.evaluation.records import load_summary
+from rlvr.evaluation.statistics import held_out_section, interval_verdict
 from rlvr.report import ReportError, build
 from rlvr.report.curves import plot_reward_curve
 from rlvr.report.stage_times import (

@@ -13,7 +13,7 @@ from scipy import stats
 
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation.prompts import fingerprints
-from rlvr.evaluation.run_folder import GradedSample, RunHeader, Summary, write_jsonl
+from rlvr.evaluation.records import GradedSample, RunHeader, Summary, write_jsonl
 
 SAMPLING: dict[str, Any] = {
     "n": 2,

@@ -16,11 +16,9 @@ import pandas as pd
 import pytest
 
 from rlvr import tasks
-from rlvr.evaluation import EvalError, grading, settings
+from rlvr.evaluation import EvalError, grading, metrics, pipeline, records, settings, statistics
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation import run_folder as outputs
-from rlvr.evaluation import run_folder as records
-from rlvr.evaluation import statistics as metrics
 from rlvr.evaluation.generation import Generation
 from rlvr.evaluation.prompts import fingerprints, load_rows, render_prompt
 from rlvr.evaluation.settings import SamplingSettings
@@ -138,7 +136,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def test_analyse_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    summary = eval_cli.run_analyse(run, load_rows(countdown_data), SAMPLED)
+    summary = pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
     found = summary.metrics
     # success rates 1, .5, .25, 0, 0, 0 over 6 prompts
     assert found["accuracy"] == pytest.approx(1.75 / 6)
@@ -171,7 +169,7 @@ def test_analyse_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -
 def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
     run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
     rows = load_rows(countdown_data)
-    summary = eval_cli.run_passk(run, rows, SAMPLED, [1, 2, 4])
+    summary = pipeline.run_passk(run, rows, SAMPLED, [1, 2, 4])
     counts = [4, 2, 1, 0, 0, 0]
     for k in (1, 2, 4):
         expected = sum(metrics.pass_at_k(4, c, k) for c in counts) / 6
@@ -197,10 +195,10 @@ def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tok
     assert table.index("| pass@4 |") < table.index("| maj@1 |") < table.index("| maj@4 |")
     assert records.load_summary(run.output_dir) == summary
     with pytest.raises(EvalError, match="between 1 and"):
-        eval_cli.run_passk(run, rows, SamplingSettings(n=4), [8])
+        pipeline.run_passk(run, rows, SamplingSettings(n=4), [8])
 
     run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
-    greedy = eval_cli.run_reward(replace(run, output_dir=tmp_path / "reward"), rows, SAMPLED)
+    greedy = pipeline.run_reward(replace(run, output_dir=tmp_path / "reward"), rows, SAMPLED)
     assert greedy.header.sampling["n"] == 1 and greedy.header.sampling["temperature"] == 0.0
     assert greedy.metrics["pass@1"] == pytest.approx(3 / 6)  # first responses: right x3
     assert greedy.metrics["mean_score"] == pytest.approx(3 / 6)
@@ -218,7 +216,7 @@ def test_a_reward_without_answer_key_reports_no_maj_at_k(
     assert without.load_answer_key() is None
     run = replace(_scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer), task=without)
     rows = load_rows(countdown_data)
-    summary = eval_cli.run_passk(run, rows, SAMPLED, [1, 2, 4])
+    summary = pipeline.run_passk(run, rows, SAMPLED, [1, 2, 4])
     assert not [key for key in summary.metrics if key.startswith("maj@")]
     assert summary.metrics["pass@4"] == pytest.approx(3 / 6)
     first = _read_jsonl(run.output_dir / "prompts.jsonl")[0]
@@ -232,14 +230,14 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    summary = eval_cli.run_analyse(run, load_rows(countdown_data), SAMPLED)
-    prompts, _ = records.load_prompt_records(run.output_dir)
+    summary = pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
+    prompts, _ = outputs.load_prompt_records(run.output_dir)
     chosen = metrics.high_value_prompts(prompts, 0.05, 0.2)
     assert [r.prompt_index for r in chosen] == [1, 2]  # highest variance first
-    assert "2 of 6 prompts" in metrics.stats_markdown(prompts, chosen, 0.05, 0.2, 20)
+    assert "2 of 6 prompts" in statistics.stats_markdown(prompts, chosen, 0.05, 0.2, 20)
 
     target = tmp_path / "learnable.parquet"
-    assert eval_cli.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
+    assert pipeline.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
     written = pd.read_parquet(target)
     source = pd.read_parquet(countdown_data)
     assert written["extra_info"].map(lambda e: e["solution"]).tolist() == [
@@ -248,15 +246,15 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     config = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False})
     assert len(RLHFDataset(str(target), tiny_tokenizer, config)) == 2  # ready for training
     with pytest.raises(EvalError, match=r"--output .*learnable.parquet already exists.*--force"):
-        eval_cli.filter_learnable(run.output_dir, target, 0.5, 0.2)
-    assert eval_cli.filter_learnable(run.output_dir, target, 0.2, 0.2, force=True) == (1, 6)
+        pipeline.filter_learnable(run.output_dir, target, 0.5, 0.2)
+    assert pipeline.filter_learnable(run.output_dir, target, 0.2, 0.2, force=True) == (1, 6)
     assert len(pd.read_parquet(target)) == 1
 
     # A regenerated data file must not silently select different rows.
     pd.concat([source.iloc[[3]], source]).reset_index(drop=True).to_parquet(countdown_data)
     try:
         with pytest.raises(EvalError, match="data file changed"):
-            eval_cli.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
+            pipeline.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
         assert not (tmp_path / "other.parquet").exists()
     finally:
         source.to_parquet(countdown_data)
@@ -265,7 +263,7 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     better = {**base.metrics, "mean_score": (base.metrics["mean_score"] or 0.0) + 0.25}
     trained_header = base.header.model_copy(update={"model": "trained"})
     trained = replace(base, header=trained_header, metrics=better)
-    table = metrics.compare_markdown(base, trained)
+    table = statistics.compare_markdown(base, trained)
     assert "| mean score |" in table and "+25.00 pt" in table
     assert "same prompts" not in table
 
@@ -274,7 +272,7 @@ def test_a_run_records_its_wall_time_and_tokens(tmp_path: Path, countdown_data, 
     """summary.json's "timing": the run's wall seconds and the tokens it generated (the sum of
     samples.jsonl's response_tokens), so tokens/s can be computed; not a metric."""
     run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
-    summary = eval_cli.run_passk(run, load_rows(countdown_data), SAMPLED, [1])
+    summary = pipeline.run_passk(run, load_rows(countdown_data), SAMPLED, [1])
     timing = json.loads((run.output_dir / "summary.json").read_text())["timing"]
     samples = _read_jsonl(run.output_dir / "samples.jsonl")
     assert timing["generated_tokens"] == sum(s["response_tokens"] for s in samples) > 0
@@ -313,9 +311,11 @@ def test_old_run_folders_still_load(tmp_path: Path) -> None:
     assert summary.header.sampling["n"] == 4 and summary.metrics["mean_token_entropy"] is None
     assert summary.tokens_per_second is None  # written before the timing was recorded
     assert summary.verdict is not None and summary.verdict.checks["variance > 0.05"]
-    assert "mean token entropy" not in records.summary_markdown(summary)
-    assert "| pass@1 | 25.00% | 25.00% | +0.00 pt |" in metrics.compare_markdown(summary, summary)
-    prompts, _ = records.load_prompt_records(tmp_path)
+    assert "mean token entropy" not in outputs.summary_markdown(summary)
+    assert "| pass@1 | 25.00% | 25.00% | +0.00 pt |" in statistics.compare_markdown(
+        summary, summary
+    )
+    prompts, _ = outputs.load_prompt_records(tmp_path)
     assert prompts[0].to_json() == OLD_PROMPT and metrics.high_value_prompts(prompts, 0.05, 0.2)
     unknown = {**OLD_SUMMARY, "notes": "kept", "step": 4}  # a later version's keys survive
     assert records.Summary.from_json(json.dumps(unknown)).to_json() == unknown
@@ -333,19 +333,19 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
 ) -> None:
     rows = load_rows(countdown_data)
     output = tmp_path / "run"
-    eval_cli.run_analyse(_scripted_run(output, countdown_data, tiny_tokenizer), rows, SAMPLED)
+    pipeline.run_analyse(_scripted_run(output, countdown_data, tiny_tokenizer), rows, SAMPLED)
     before = _snapshot(output)
     assert sorted(before) == ["prompts.jsonl", "samples.jsonl", "summary.json", "summary.md"]
 
     refused = _scripted_run(output, countdown_data, tiny_tokenizer)
     with pytest.raises(EvalError, match=r"^--output .*/run already exists; pass --force"):
-        eval_cli.run_reward(refused, rows, SAMPLED)
+        pipeline.run_reward(refused, rows, SAMPLED)
     assert refused.backend.calls == 0 and _snapshot(output) == before
 
     # --force, and the backend dies on its second chunk (prompts 4-5): the old run stays whole.
     dying = _scripted_run(output, countdown_data, tiny_tokenizer, fail_on_call=2, force=True)
     with pytest.raises(RuntimeError, match="fell over"):
-        eval_cli.run_analyse(dying, rows, SAMPLED)
+        pipeline.run_analyse(dying, rows, SAMPLED)
     assert _snapshot(output) == before
     staging = outputs.staging_dir(output)
     assert sorted(p.name for p in tmp_path.iterdir()) == [staging.name, "run"]
@@ -356,7 +356,7 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
 
     # A run that completes replaces the folder whole (and reuses its pid's staging name).
     replaced = _scripted_run(output, countdown_data, tiny_tokenizer, force=True)
-    eval_cli.run_passk(replaced, rows, SAMPLED, [1, 4])
+    pipeline.run_passk(replaced, rows, SAMPLED, [1, 4])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert sorted(_snapshot(output)) == sorted(before)
     assert records.load_summary(output).header.command == "passk"
@@ -366,7 +366,7 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
     notes.mkdir()
     (notes / "todo.txt").write_text("keep")
     with pytest.raises(EvalError, match="not an eval run folder"):
-        eval_cli.run_reward(replace(replaced, output_dir=notes), rows, SAMPLED)
+        pipeline.run_reward(replace(replaced, output_dir=notes), rows, SAMPLED)
     assert _snapshot(notes) == {"todo.txt": b"keep"}
 
 
@@ -696,11 +696,11 @@ def test_reward_kwargs_typo_is_refused_and_never_recorded(
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
     typo = replace(run, reward_kwargs={"formt_score": 0.1})
     with pytest.raises(EvalError, match=r"formt_score.*format_score"):
-        eval_cli.run_reward(typo, load_rows(countdown_data), SAMPLED)
+        pipeline.run_reward(typo, load_rows(countdown_data), SAMPLED)
     assert typo.backend.calls == 0 and not (tmp_path / "run").exists()
     # negative control: the right name runs and is recorded
     run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
-    summary = eval_cli.run_reward(run, load_rows(countdown_data), SAMPLED)
+    summary = pipeline.run_reward(run, load_rows(countdown_data), SAMPLED)
     assert summary.header.reward_kwargs == {"format_score": 0.1}
 
 
@@ -746,7 +746,7 @@ def test_compare_refuses_incomplete_or_mixed_runs(
 ) -> None:
     rows = load_rows(countdown_data)
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    eval_cli.run_analyse(run, rows, SAMPLED)
+    pipeline.run_analyse(run, rows, SAMPLED)
     complete = str(tmp_path / "run")
     header = records.load_summary(complete).header  # what compare checks the prompts by
     rendered = [render_prompt(tiny_tokenizer, row["prompt"]) for row in rows]
@@ -998,7 +998,7 @@ def bad_inputs(
     (ws / "dangling").symlink_to(ws / "nowhere")
     for name in ("runA", "runB"):
         run = _scripted_run(ws / name, countdown_data, tiny_tokenizer)
-        eval_cli.run_analyse(run, load_rows(countdown_data), SAMPLED)
+        pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
     (ws / "link_to_run").symlink_to(ws / "runB")
     yield {"ws": str(ws), "model": str(tiny_model_dir), "data": str(countdown_data)}
     (ws / "ro").chmod(0o755)

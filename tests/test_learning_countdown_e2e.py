@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from conftest import run_bounded
 
-from rlvr.evaluation.statistics import paired_deltas
+from rlvr.evaluation.paired import paired_deltas
 
 ROOT = Path(__file__).resolve().parents[1]
 # the CPU path: with GPUs the quickstart runs a GPU recipe instead (--gpus 0 forces this one).

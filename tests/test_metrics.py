@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.evaluation import statistics as metrics
+from rlvr.evaluation import metrics
 
 
 def _pass_at_k_brute_force(n: int, c: int, k: int) -> float:

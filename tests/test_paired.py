@@ -1,4 +1,4 @@
-"""Paired before/after deltas (rlvr/evaluation/statistics.py): the t interval against printed
+"""Paired before/after deltas (rlvr/evaluation/paired.py): the t interval against printed
 tables, the pairing, and the refusals."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import GradedSample, JSONValue, RunHeader, Summary, write_jsonl
-from rlvr.evaluation.statistics import paired_deltas, paired_t_interval
+from rlvr.evaluation.paired import paired_deltas, paired_t_interval
+from rlvr.evaluation.records import GradedSample, JSONValue, RunHeader, Summary, write_jsonl
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.evaluation import EvalError
+from rlvr.evaluation import EvalError, metrics, pipeline, recommend, records
 from rlvr.evaluation import cli as eval_cli
 from rlvr.evaluation import model as model_checks
-from rlvr.evaluation import run_folder as records
-from rlvr.evaluation import statistics as metrics
-from rlvr.evaluation import statistics as recommend
-from rlvr.evaluation.run_folder import GradedSample
-from rlvr.evaluation.statistics import Current
+from rlvr.evaluation.recommend import Current
+from rlvr.evaluation.records import GradedSample
 
 TRAINING = Current(1024, "--experiment gsm8k_qwen2_5_3b")
 # Qwen3's switch, as its chat template writes it (huggingface.co/Qwen/Qwen3-4B,
@@ -342,7 +339,7 @@ def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
         generation_eos=[ENDOFTEXT],
     )
     rows = prompts.load_rows(countdown_data_path, limit=2)
-    summary = eval_cli.run_analyse(run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8))
+    summary = pipeline.run_analyse(run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8))
     assert summary.recommendations is not None
     last = summary.recommendations.checks[-1]
     assert last.name == "responses end" and "4 of those emitted <|im_end|> (id 2)" in last.message

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.evaluation import run_folder as records
-from rlvr.evaluation import statistics as recommend
-from rlvr.evaluation.run_folder import AnalyseRecord, GradedSample, SuggestedSetting, Summary
+from rlvr.evaluation import recommend, records
+from rlvr.evaluation.records import AnalyseRecord, GradedSample, SuggestedSetting, Summary
 from rlvr.evaluation.settings import RunSettings
 
 RECORDED = Path(__file__).parent / "data/probe/smollm2_countdown"

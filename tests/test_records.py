@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.evaluation import EvalError
-from rlvr.evaluation import run_folder as records
+from rlvr.evaluation import EvalError, records
 
 SAMPLE = {
     "prompt_index": 3, "sample": 1, "ground_truth": {"target": 7, "numbers": [1, 2]},

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlvr.common.messages import first_line
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.model import ModelSource, load_failure, load_tokenizer, stop_ids
+from rlvr.evaluation.model import ModelSource, stop_ids
 from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
+from rlvr.models.hub import HUB_ID
 from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
 
 
@@ -33,6 +35,25 @@ class Generation:
     finish_reason: str  # "stop" (end-of-sequence token) or "length" (hit max_tokens)
     logprobs: list[float] = field(default_factory=list)  # one per generated token
     token_ids: list[int] = field(default_factory=list)
+
+
+def load_tokenizer(source: ModelSource) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source.tokenizer_path)
+    except Exception as exc:
+        raise EvalError(load_failure("tokenizer", source.tokenizer_path, exc)) from exc
+
+
+def load_failure(what: str, where: str, exc: Exception) -> str:
+    message = first_line(exc)
+    hint = (
+        " (hub ids need network access; offline, download the model elsewhere and pass its folder)"
+        if HUB_ID.match(where) and not Path(where).exists()
+        else ""
+    )
+    return f"could not load the {what} from {where}: {message}{hint}"
 
 
 class Backend(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 from rlvr.evaluation.generation import Backend, Generation
 from rlvr.evaluation.model import require_chat_template
 from rlvr.evaluation.prompts import Row, fingerprints, render_prompt, tokenizer_of
-from rlvr.evaluation.run_folder import ANSWER_KEY, GradedSample, JSONDict, RunHeader, jsonable
+from rlvr.evaluation.records import ANSWER_KEY, GradedSample, JSONDict, RunHeader, jsonable
 from rlvr.evaluation.settings import RunSettings, SamplingSettings
 from rlvr.tasks import TaskSpec
 

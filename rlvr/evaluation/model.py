@@ -1,8 +1,6 @@
-"""The model stage: what ``--model_path`` names (a model folder, a LoRA adapter, a hub id),
-checked before any weights load, the tokenizer that goes with it, and the checks of its chat
-template and end-of-sequence handling that ``analyse`` prints: one line each, ok or a warning
-that ends with its fix (docs/EVALUATION_DESIGN.md, "Suggested settings and checks before a
-run")."""
+"""The model stage: what ``--model_path`` names (a folder, a LoRA adapter, a hub id), checked
+before any weights load; and the checks of its chat template and end-of-sequence handling that
+``analyse`` prints, ok or a warning ending with its fix (docs/EVALUATION_DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,8 @@ from typing import Any
 
 from rlvr.common.messages import first_line
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import CheckLine, GradedSample, JSONDict
-from rlvr.evaluation.statistics import CAP_HIT_RAISE_ABOVE
+from rlvr.evaluation.recommend import CAP_HIT_RAISE_ABOVE
+from rlvr.evaluation.records import CheckLine, GradedSample, JSONDict
 from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
 
@@ -25,8 +23,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 @dataclass(frozen=True)
 class ModelSource:
-    """What ``--model_path`` names: a model folder, a LoRA adapter folder, or a hub id."""
-
     kind: str  # "folder" | "lora" | "hub"
     path: str
     base: str | None = None  # the base model of a LoRA adapter
@@ -178,27 +174,6 @@ def _lora_source(
     return ModelSource("lora", str(adapter), base=base_source.path, tokenizer=tokenizer)
 
 
-def load_tokenizer(source: ModelSource) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(source.tokenizer_path)
-    except Exception as exc:
-        raise EvalError(load_failure("tokenizer", source.tokenizer_path, exc)) from exc
-
-
-def load_failure(what: str, where: str, exc: Exception) -> str:
-    message = first_line(exc)
-    hint = (
-        " (hub ids need network access; offline, download the model elsewhere and pass its folder)"
-        if HUB_ID.match(where) and not Path(where).exists()
-        else ""
-    )
-    return f"could not load the {what} from {where}: {message}{hint}"
-
-
-# ---------------------------------------------------------------- checks
-
 _MARKER = "Final answer: 42."  # an assistant turn's text, found again in the rendered turn
 _PROBE = [{"role": "user", "content": "What is 6 x 7?"}]
 _NO_TEMPLATE_FIX = (
@@ -213,7 +188,6 @@ def _ok(name: str, message: str) -> CheckLine:
 
 
 def _warning(name: str, message: str) -> CheckLine:
-    """``message`` ends with the fix."""
     return CheckLine(name=name, status="warning", message=message)
 
 

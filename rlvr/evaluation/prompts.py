@@ -14,7 +14,7 @@ from typing import Any
 from rlvr.common.messages import first_line
 from rlvr.data.prep import DATA_COLUMNS
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import jsonable
+from rlvr.evaluation.records import jsonable
 from rlvr.tasks import TaskSpec
 
 Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus "_index"

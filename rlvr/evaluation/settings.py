@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.run_folder import JSONDict, jsonable
+from rlvr.evaluation.records import JSONDict, jsonable
 from rlvr.tasks import TaskSpec
 
 

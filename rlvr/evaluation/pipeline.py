@@ -1,0 +1,270 @@
+"""One model eval, each stage called once and in order (``run_model_command``, ``evaluate``):
+settings, model, prompts, generation, grading, statistics, the run folder written whole; and
+``compare``/``filter``, which read run folders back. Bad input raises ``EvalError`` before the
+model loads; docs/ERRORS.md lists what each command refuses."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rlvr.evaluation import (
+    EvalError,
+    generation,
+    metrics,
+    model,
+    paired,
+    prompts,
+    settings,
+    statistics,
+)
+from rlvr.evaluation.grading import EvalRun
+from rlvr.evaluation.prompts import Row, tokenizer_of
+from rlvr.evaluation.records import Recommendations, Summary, jsonable, load_summary, write_jsonl
+from rlvr.evaluation.run_folder import (
+    check_complete_run,
+    default_output_dir,
+    load_prompt_records,
+    new_file,
+    refuse_existing,
+    staged_run_dir,
+    summary_markdown,
+    write_new_text,
+    write_summary,
+)
+from rlvr.evaluation.settings import SamplingSettings
+
+
+def run_model_command(task_name: str, args: argparse.Namespace) -> int:
+    """One model eval, each stage once and in order: every input checked, cheapest first,
+    before the model loads (docs/ERRORS.md lists what each command refuses)."""
+    from rlvr import tasks
+
+    task = tasks.get(task_name)
+    if args.model_path is None:
+        raise EvalError(f"{args.command} needs --model_path (a model folder or a hub id)")
+    source = model.resolve_model(args.model_path, args.base_model)  # before data or torch
+    output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
+    refuse_existing(output_dir, args.force, run=True)
+    greedy_dir = greedy_output(args, output_dir)
+    found = settings.eval_settings(task, args.experiment, args.reward_kwargs, args.template_kwargs)
+    data_path = args.data or str(task.eval_data)
+    rows = prompts.load_rows(data_path, args.limit, task)
+    sampling = settings.sampling_settings(args, found)
+    ks = settings.checked_ks(args.command, getattr(args, "k", None), sampling)
+    model.check_context(source, sampling.max_tokens)
+    backend = generation.make_backend(args.backend, source, batch_size=args.batch_size)
+    run = EvalRun(
+        task=task,
+        model_path=args.model_path,
+        data_path=data_path,
+        output_dir=output_dir,
+        backend=backend,
+        reward_kwargs=found.reward_kwargs,
+        template_kwargs=found.template_kwargs,
+        prompts_per_chunk=prompts_per_chunk(backend.name, args.batch_size, sampling.n),
+        progress=not args.quiet,
+        force=args.force,
+        training=found,
+        generation_eos=model.generation_config_eos(
+            source.base if source.kind == "lora" and source.base else source.path
+        ),
+    )
+    summary = evaluate(args.command, run, rows, sampling, ks)
+    if greedy_dir is not None:  # reward, exactly as it runs alone, on what is loaded
+        greedy = SamplingSettings(max_tokens=sampling.max_tokens, seed=sampling.seed)
+        chunk = prompts_per_chunk(backend.name, args.batch_size, greedy.n)
+        evaluate(
+            "reward", replace(run, output_dir=greedy_dir, prompts_per_chunk=chunk), rows, greedy
+        )
+    _print_run(summary, output_dir, greedy_dir)
+    if args.wandb:
+        from rlvr.evaluation.run_folder import log_to_wandb
+
+        mode = log_to_wandb(output_dir, summary, args.wandb_project)
+        print(f"wandb: logged ({mode}) under {output_dir / 'wandb'}")
+    return 0
+
+
+def evaluate(
+    command: str,
+    run: EvalRun,
+    rows: Sequence[Row],
+    sampling: SamplingSettings,
+    ks: Sequence[int] = (),
+) -> Summary:
+    """Generation and grading, the command's statistics, and the run folder written whole;
+    its sampling settings already checked (``settings.checked_ks``)."""
+    voting = command == "passk" and run.task.load_answer_key() is not None
+    with staged_run_dir(run.output_dir, run.force) as folder:
+        graded = run.sample_and_grade(rows, sampling, folder)
+        found = statistics.run_statistics(command, graded, sampling, ks, voting, run.training)
+        if command != "reward":
+            write_jsonl(folder / "prompts.jsonl", (r.to_json() for r in found.records))
+        recommended = None
+        if found.settings is not None:
+            checks = model.model_checks(
+                tokenizer_of(run.backend),
+                run.template_kwargs,
+                run.generation_eos,
+                graded,
+                sampling.max_tokens,
+            )
+            recommended = Recommendations(settings=found.settings, checks=checks)
+        summary = Summary(
+            run.header(command, sampling, rows), found.metrics, found.verdict, {}, recommended
+        )
+        return write_summary(folder, summary.timed(run.generation_seconds, graded))
+
+
+def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
+    """Greedy decoding, one response per prompt."""
+    _check_library_call("reward", run, sampling)
+    return evaluate("reward", run, rows, replace(sampling, n=1, temperature=0.0))
+
+
+def run_passk(
+    run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings, ks: Sequence[int]
+) -> Summary:
+    """n samples per prompt; the unbiased pass@k for each k, and maj@k when the reward file
+    names each response's answer (``answer_key``)."""
+    _check_library_call("passk", run, sampling, ks)
+    return evaluate("passk", run, rows, sampling, ks)
+
+
+def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
+    """n samples per prompt at a training-like temperature: is there a GRPO signal here?"""
+    _check_library_call("analyse", run, sampling)
+    return evaluate("analyse", run, rows, sampling)
+
+
+def _check_library_call(
+    command: str, run: EvalRun, sampling: SamplingSettings, ks: Sequence[int] = ()
+) -> None:
+    """For callers of ``run_*`` (not the CLI, which checks them before the model loads): the
+    group size and k values, and the reward kwargs, before any decoding."""
+    settings.check_group(command, sampling.n, ks)
+    settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
+
+
+def _print_run(summary: Summary, output_dir: Path, greedy_dir: Path | None) -> None:
+    print(summary_markdown(summary), end="")
+    print(f"\nrun directory: {output_dir}")
+    if greedy_dir is not None:
+        print(f"greedy run directory: {greedy_dir}")
+
+
+def greedy_output(args: argparse.Namespace, output_dir: Path) -> Path | None:
+    """``--greedy_output``, checked like ``--output``: passk and analyse only, another folder."""
+    if not args.greedy_output:
+        return None
+    if args.command == "reward":
+        raise EvalError("--greedy_output is for passk and analyse: reward decodes greedily itself")
+    folder = Path(args.greedy_output)
+    if folder.resolve() == output_dir.resolve():
+        raise EvalError(f"--greedy_output {folder} is --output too: give each run its own folder")
+    refuse_existing(folder, args.force, run=True)
+    return folder
+
+
+def prompts_per_chunk(backend: str, batch_size: int, samples_per_prompt: int) -> int:
+    """Prompts per generate call. HF: enough to fill a decoding batch of ``batch_size``
+    sequences; vLLM: large chunks, it schedules itself."""
+    return max(1, batch_size // samples_per_prompt) if backend == "hf" else 256
+
+
+# ---------------------------------------------------------------- run folders read back
+
+
+def compare(base: str, trained: str, output: str | None, force: bool) -> int:
+    """The two runs side by side; the per-prompt means with their paired 95% intervals. Runs
+    that differ in anything but the model are refused (``paired.check_comparable``)."""
+    if output:
+        refuse_existing(Path(output), force)
+        refuse_output_in_inputs(Path(output), {"BASE": base, "TRAINED": trained})
+    check_complete_run(Path(base), "BASE")
+    check_complete_run(Path(trained), "TRAINED")
+    summaries = load_summary(base), load_summary(trained)
+    if summaries[0].header.task != summaries[1].header.task:
+        raise EvalError(
+            f"BASE {base} is a {summaries[0].header.task} run and TRAINED {trained} a "
+            f"{summaries[1].header.task} run: their scores do not compare; pass two runs of one "
+            "task"
+        )
+    # a summary.json given stands for its run folder: the samples are read beside it
+    before, after = (
+        paired.EvalRunSamples.load(path if Path(path).is_dir() else Path(path).parent, summary)
+        for path, summary in zip((base, trained), summaries, strict=True)
+    )
+    warnings = paired.check_comparable(before, after)
+    count = len(before.prompts)
+    deltas = paired.deltas_between(before, after) if count > 1 else []
+    table = statistics.compare_markdown(*summaries, deltas)
+    if count < 2:
+        warnings.append("warning: one prompt: no interval; evaluate more prompts to judge")
+    table += "".join(f"{line}\n" for line in warnings)
+    print(table, end="")
+    if output:
+        write_new_text(Path(output), table, force)
+    return 0
+
+
+def refuse_output_in_inputs(output: Path, inputs: dict[str, str]) -> None:
+    """``compare --output`` inside (or equal to) a run it compares would overwrite that run's
+    files (``--force`` onto ``BASE/summary.json``); refused. A ``summary.json`` given as input
+    stands for its run folder."""
+    target = output.resolve()
+    for name, given in inputs.items():
+        run = Path(given).resolve()
+        if run.is_file() and run.name == "summary.json":
+            run = run.parent
+        if target == run or target.is_relative_to(run):
+            raise EvalError(
+                f"--output {output}: inside {name} {given}, a run being compared; write the "
+                "table outside both runs"
+            )
+
+
+def filter_learnable(
+    run_dir: str | Path,
+    output: str | Path,
+    var_min: float,
+    entropy_min: float,
+    force: bool = False,
+) -> tuple[int, int]:
+    """Write the analyse run's learnable prompts, as their original Parquet rows, to ``output``
+    (atomically; an existing file only with ``force``).
+
+    Returns (rows written, prompts analysed). The run's ground truths are checked against the
+    data file so a regenerated data file cannot silently select the wrong rows.
+    """
+    import pandas as pd
+
+    output = Path(output)
+    refuse_existing(output, force)
+    records, summary = load_prompt_records(run_dir)
+    chosen = metrics.high_value_prompts(records, var_min, entropy_min)
+    if not chosen:
+        raise EvalError(
+            f"no prompt of {len(records)} passes variance > {var_min} and entropy >= "
+            f"{entropy_min}: nothing to write"
+        )
+    data = summary.header.data
+    frame = pd.read_parquet(data)
+    indices = sorted(r.prompt_index for r in chosen)
+    by_index = {r.prompt_index: r for r in chosen}
+    for index in indices:
+        if index >= len(frame):
+            raise EvalError(f"{data} has {len(frame)} rows; the run saw row {index}")
+        actual = jsonable(frame.iloc[index]["reward_model"]["ground_truth"])
+        if actual != by_index[index].ground_truth:
+            raise EvalError(
+                f"{data} row {index}: ground truth {actual!r} differs from the run's "
+                f"{by_index[index].ground_truth!r}; the data file changed since the analyse run"
+            )
+    encoded = frame.iloc[indices].reset_index(drop=True).to_parquet(index=False)
+    with new_file(output, force, needed_bytes=len(encoded)) as staging:
+        staging.write_bytes(encoded)
+    return len(indices), len(records)
