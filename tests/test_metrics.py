@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.evaluation import metrics
+from rlvr.evaluation import metrics, statistics
 
 
 def _pass_at_k_brute_force(n: int, c: int, k: int) -> float:
@@ -128,7 +128,7 @@ def test_analyse_and_passk_summaries() -> None:
     ],
 )
 def test_verdict_thresholds(accuracy: float, variance: float, entropy: float, label: str) -> None:
-    judged = metrics.verdict(accuracy, variance, entropy)
+    judged = statistics.verdict(accuracy, variance, entropy)
     assert judged.label == label, judged
     assert judged.advice
     if label == "ready_for_grpo":
@@ -148,7 +148,7 @@ def test_verdict_thresholds(accuracy: float, variance: float, entropy: float, la
     ],
 )
 def test_verdict_partial_credit(accuracy: float, spread: float, label: str) -> None:
-    judged = metrics.verdict(accuracy, 0.0017, 0.0 if accuracy == 0 else 0.5, spread)
+    judged = statistics.verdict(accuracy, 0.0017, 0.0 if accuracy == 0 else 0.5, spread)
     assert judged.label == label, judged
     if label == "partial_credit":
         assert "not the task" in judged.advice

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.evaluation import EvalError, metrics, pipeline, recommend, records
+from rlvr.evaluation import EvalError, metrics, pipeline, records
 from rlvr.evaluation import cli as eval_cli
+from rlvr.evaluation import metrics as recommend
 from rlvr.evaluation import model as model_checks
-from rlvr.evaluation.recommend import Current
+from rlvr.evaluation.metrics import Current
 from rlvr.evaluation.records import GradedSample
 
 TRAINING = Current(1024, "--experiment gsm8k_qwen2_5_3b")

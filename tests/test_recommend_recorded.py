@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.evaluation import recommend, records
+from rlvr.evaluation import metrics as recommend
+from rlvr.evaluation import records
 from rlvr.evaluation.records import AnalyseRecord, GradedSample, SuggestedSetting, Summary
 from rlvr.evaluation.settings import RunSettings
 

@@ -1,4 +1,7 @@
-"""Eval and signal-probing metrics: pass@k, maj@k, per-prompt reward statistics, the verdict.
+"""Eval and signal-probing metrics: pass@k, maj@k, per-prompt reward statistics, the verdict,
+and the training settings an ``analyse`` probe suggests (``data.max_response_length`` and
+``actor_rollout_ref.rollout.n``; docs/EVALUATION_DESIGN.md, "Suggested settings and checks
+before a run", states each rule and why its threshold).
 
 Pure Python on lists of scores, so every number here can be checked by hand. A sample "succeeds"
 when its score is exactly 1.0 (the rewards give 1.0 only to a correct answer; format credit and
@@ -10,8 +13,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from rlvr.evaluation.records import AnalyseRecord, PromptStats, Verdict
+from rlvr.evaluation.records import (
+    AnalyseRecord,
+    GradedSample,
+    PromptStats,
+    SuggestedSetting,
+)
+from rlvr.evaluation.settings import RunSettings
 
 # The signal-probing guidance of github.com/luohao-brian/verl-study (README, "Signal Probing";
 # docs/EVALUATION_DESIGN.md explains each threshold).
@@ -51,10 +61,8 @@ def binary_entropy(p: float) -> float:
 
 def variance(values: Sequence[float]) -> float:
     """Population variance (divide by n), the spread GRPO's group normalisation sees."""
-    if not values:
-        return 0.0
-    average = sum(values) / len(values)
-    return sum((v - average) ** 2 for v in values) / len(values)
+    average = mean(values)
+    return mean([(v - average) ** 2 for v in values])
 
 
 def prompt_stats(
@@ -67,8 +75,7 @@ def prompt_stats(
     """
     if not scores:
         raise ValueError(f"prompt {index}: no scores")
-    successes = sum(is_success(s) for s in scores)
-    rate = successes / len(scores)
+    rate = sum(is_success(s) for s in scores) / len(scores)
     token_entropy = None
     if logprobs is not None:
         tokens = [lp for sample in logprobs for lp in sample]
@@ -178,66 +185,177 @@ def analyse_summary(stats: Sequence[PromptStats]) -> dict[str, float | None]:
     }
 
 
-def verdict(
-    accuracy: float,
-    mean_variance: float,
-    mean_outcome_entropy: float,
-    spread_fraction: float = 0.0,
-) -> Verdict:
-    """verl-study's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8.
-
-    ``spread_fraction`` is the share of groups whose *scores* differ. GRPO divides each group's
-    advantages by its own spread, so partial credit (format, shaping) that splits a group is a
-    full-sized signal even when no sample is correct: that case is ``partial_credit``, not
-    ``sft_first``, and its advice says what such a run can and cannot learn.
-    """
-    checks = {
-        "accuracy in 10-80%": ACCURACY_RANGE[0] <= accuracy <= ACCURACY_RANGE[1],
-        "variance > 0.05": mean_variance > VARIANCE_MIN,
-        "entropy in 0.2-0.8": ENTROPY_RANGE[0] <= mean_outcome_entropy <= ENTROPY_RANGE[1],
-    }
-    if accuracy < ACCURACY_SFT_BELOW and spread_fraction >= PARTIAL_CREDIT_SPREAD_MIN:
-        return Verdict(
-            "partial_credit",
-            f"accuracy {accuracy:.1%} < 5%, but {spread_fraction:.0%} of the groups disagree in "
-            "score through partial credit (format, shaping): GRPO has signal, and will learn "
-            "what that credit rewards (the answer format), not the task. For the task itself: "
-            "SFT first, easier data or a larger model.",
-            {**checks, "groups with score spread >= 50%": True},
-        )
-    if accuracy < ACCURACY_SFT_BELOW:
-        return Verdict(
-            "sft_first",
-            f"accuracy {accuracy:.1%} < 5%: almost every group is all-wrong, so GRPO has no "
-            "signal. SFT on the format/task first (or use easier data, a larger model, few-shot).",
-            checks,
-        )
-    if accuracy > ACCURACY_TOO_EASY_ABOVE:
-        return Verdict(
-            "harder_data",
-            f"accuracy {accuracy:.1%} > 95%: groups are all-right, advantages are zero. Use "
-            "harder data (more numbers, larger targets) or filter to the prompts it still fails.",
-            checks,
-        )
-    if all(checks.values()):
-        return Verdict(
-            "ready_for_grpo",
-            "ready for GRPO: the model is right sometimes and its groups disagree, which is "
-            "where group-relative advantages come from.",
-            checks,
-        )
-    failed = ", ".join(name for name, ok in checks.items() if not ok)
-    return Verdict(
-        "marginal",
-        f"marginal ({failed} fails): GRPO may learn slowly. Train on the learnable prompts only "
-        "(`filter`), raise the temperature or rollout.n, or adjust the data difficulty.",
-        checks,
-    )
-
-
 def high_value_prompts(
     records: list[AnalyseRecord], var_min: float, entropy_min: float
 ) -> list[AnalyseRecord]:
     """The learnable prompts, most informative (highest variance) first."""
     chosen = [r for r in records if is_learnable(r, var_min, entropy_min)]
     return sorted(chosen, key=lambda r: (-r.variance, r.prompt_index))
+
+
+# data.max_response_length
+CAP_HIT_RAISE_ABOVE = 0.05  # above 5% of samples at the cap, the cap cuts answers: raise it
+LENGTH_QUANTILE = 0.95  # of correct answers' lengths: the long tail a run must not cut
+HEADROOM = 1.25  # on that quantile: responses tend to grow during RL (docs)
+LOWER_AT_MOST = 0.5  # lower only when the suggestion is at most half the current length
+LENGTH_STEPS_FROM = 16  # the smallest suggested length
+# actor_rollout_ref.rollout.n
+USEFUL_GROUPS_TARGET = 0.5  # docs: where the run report's "most groups with zero spread" is quiet
+ROLLOUT_NS = (2, 4, 8, 16)
+
+MAX_RESPONSE_LENGTH = "data.max_response_length"
+ROLLOUT_N = "actor_rollout_ref.rollout.n"
+
+
+@dataclass(frozen=True)
+class Current:
+    """The value a suggestion is compared with, and where it comes from."""
+
+    value: int | None
+    origin: str
+
+
+def length_step(tokens: float) -> int:
+    """The smallest of 16, 24, 32, 48, 64, 96, ... (2^k and 1.5 * 2^k) at or above ``tokens``:
+    round numbers for a config, in steps of at most 1.5x rather than doubling."""
+    step = LENGTH_STEPS_FROM
+    while step < tokens:
+        step = step * 3 // 2 if step & (step - 1) == 0 else step * 4 // 3
+    return step
+
+
+def suggest_max_response_length(
+    samples: Sequence[GradedSample], probe_cap: int, current: Current
+) -> SuggestedSetting:
+    """From the cap-hit rate and the lengths of correct samples (probed at ``probe_cap``)."""
+    capped = sum(s.finish_reason == "length" for s in samples) / len(samples) if samples else 0.0
+    correct = [s.response_tokens for s in samples if is_success(s.score)]
+    now = current.value if current.value is not None else probe_cap
+
+    def suggest(action: str, value: int | None, reason: str) -> SuggestedSetting:
+        return SuggestedSetting(
+            setting=MAX_RESPONSE_LENGTH,
+            action=action,
+            suggested=value,
+            current=now,
+            compared_with=current.origin,
+            reason=reason,
+        )
+
+    hit = f"{capped:.0%} of samples hit the probe's {probe_cap}-token cap"
+    if capped > CAP_HIT_RAISE_ABOVE and now > probe_cap:
+        return suggest(
+            "probe again",
+            now,
+            f"{hit} (> {CAP_HIT_RAISE_ABOVE:.0%}), below the {now} compared with: probe again "
+            "at that length (without --max_tokens) before changing it",
+        )
+    if capped > CAP_HIT_RAISE_ABOVE:
+        return suggest(
+            "raise",
+            length_step(2 * probe_cap),
+            f"{hit} (> {CAP_HIT_RAISE_ABOVE:.0%}): cut answers score as wrong, and how long they "
+            "would run is unknown; double it, then probe again at the new length",
+        )
+    if not correct:
+        return suggest("keep", now, f"no correct sample to measure; {hit}")
+    import numpy as np  # an observed length: the smallest with this share at or below it
+
+    longest = int(np.quantile(np.asarray(correct), LENGTH_QUANTILE, method="inverted_cdf"))
+    needed = length_step(longest * HEADROOM)
+    measured = (
+        f"{len(correct)} correct samples, {LENGTH_QUANTILE:.0%} of them within {longest} tokens "
+        f"(+{HEADROOM - 1:.0%} headroom: {needed}); {hit}"
+    )
+    if needed > now:
+        return suggest("raise", needed, f"{measured}: {now} would cut correct answers")
+    if needed <= LOWER_AT_MOST * now:
+        return suggest(
+            "lower",
+            needed,
+            f"{measured}: rollout time and activation memory grow with the length",
+        )
+    return suggest("keep", now, measured)
+
+
+def useful_group_share(pass_rates: Sequence[float], n: int) -> float:
+    """The expected share of groups of n responses holding both a correct and a wrong answer,
+    the groups whose GRPO advantages are nonzero: mean over prompts of 1 - p^n - (1-p)^n."""
+    return mean([1.0 - p**n - (1.0 - p) ** n for p in pass_rates])
+
+
+def suggest_rollout_n(stats: Sequence[PromptStats], current: Current) -> SuggestedSetting:
+    """The smallest n in ``ROLLOUT_NS`` whose expected useful-group share reaches the target,
+    from each prompt's pass rate p (its success rate over the probe's samples)."""
+    rates = [s.success_rate for s in stats]
+    table = {str(n): useful_group_share(rates, n) for n in ROLLOUT_NS}
+    reached = [n for n in ROLLOUT_NS if table[str(n)] >= USEFUL_GROUPS_TARGET]
+    suggested = reached[0] if reached else None
+    target = f"{USEFUL_GROUPS_TARGET:.0%} useful groups (a correct and a wrong answer)"
+    if suggested is None:
+        largest = ROLLOUT_NS[-1]
+        solved = sum(p == 1.0 for p in rates) / len(rates) if rates else 0.0
+        failed = sum(p == 0.0 for p in rates) / len(rates) if rates else 0.0
+        action = "change the data"
+        reason = (
+            f"no n up to {largest} reaches {target}: {table[str(largest)]:.0%} at {largest}; "
+            f"{solved:.0%} of prompts were always right and {failed:.0%} always wrong, which no "
+            "group size makes disagree: see the verdict (harder or easier data, `filter`)"
+        )
+    else:
+        at = table[str(suggested)]
+        action = _direction(suggested, current.value)
+        reason = f"the smallest n with {target}: {at:.0%} at n={suggested}"
+        if current.value is not None and str(current.value) in table:
+            reason += f", {table[str(current.value)]:.0%} at the current n={current.value}"
+    return SuggestedSetting(
+        setting=ROLLOUT_N,
+        action=action,
+        suggested=suggested,
+        current=current.value,
+        compared_with=current.origin,
+        reason=reason,
+        table=table,
+    )
+
+
+def _direction(suggested: int, current: int | None) -> str:
+    if current is None:
+        return "set"
+    return "keep" if suggested == current else ("raise" if suggested > current else "lower")
+
+
+def suggested_settings(
+    graded: Sequence[Sequence[GradedSample]],
+    stats: Sequence[PromptStats],
+    probe_cap: int,
+    training: RunSettings | None,
+) -> list[SuggestedSetting]:
+    """Both suggestions, compared with the training config's values (``--experiment`` or the
+    task overlay); without one, the length with the probe's cap."""
+    length = Current(probe_cap, "--max_tokens, the probe's cap")
+    rollout_n = Current(None, "no training config")
+    if training is not None:
+        origin = training.origin
+        length = Current(training.max_response_length, origin)
+        rollout_n = Current(
+            training.rollout_n, origin if training.rollout_n else f"unset in {origin}"
+        )
+    samples = [s for group in graded for s in group]
+    return [
+        suggest_max_response_length(samples, probe_cap, length),
+        suggest_rollout_n(stats, rollout_n),
+    ]
+
+
+def settings_from_samples(
+    samples: Sequence[GradedSample], probe_cap: int, training: RunSettings | None
+) -> list[SuggestedSetting]:
+    """``suggested_settings`` from a recorded run's samples (``samples.jsonl``, read with
+    ``run_folder.read_records``): grouped by prompt, in the order the probe wrote them. Both
+    suggestions need only scores, lengths and finish reasons, which the file keeps."""
+    groups: dict[int, list[GradedSample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.prompt_index, []).append(sample)
+    stats = [prompt_stats(index, [s.score for s in group]) for index, group in groups.items()]
+    return suggested_settings(list(groups.values()), stats, probe_cap, training)

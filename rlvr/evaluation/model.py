@@ -13,7 +13,7 @@ from typing import Any
 
 from rlvr.common.messages import first_line
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.recommend import CAP_HIT_RAISE_ABOVE
+from rlvr.evaluation.metrics import CAP_HIT_RAISE_ABOVE
 from rlvr.evaluation.records import CheckLine, GradedSample, JSONDict
 from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state

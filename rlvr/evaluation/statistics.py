@@ -1,7 +1,7 @@
 """The statistics stage: what a run's graded samples say (``run_statistics``: pass@k and maj@k,
 or the signal probe's verdict and suggested settings), and the Markdown of what two runs say
 together (``compare``), of an analyse run's learnable prompts (``stats``) and of report.md's
-held-out change. The numbers are ``metrics.py``'s, ``recommend.py``'s and ``paired.py``'s.
+held-out change. The numbers are ``metrics.py``'s and ``paired.py``'s; the verdict is here.
 """
 
 from __future__ import annotations
@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 from rlvr.evaluation import EvalError
 from rlvr.evaluation.metrics import (
+    ACCURACY_RANGE,
+    ACCURACY_SFT_BELOW,
+    ACCURACY_TOO_EASY_ABOVE,
+    ENTROPY_RANGE,
+    PARTIAL_CREDIT_SPREAD_MIN,
+    VARIANCE_MIN,
     analyse_summary,
     is_success,
     maj_at_k,
@@ -18,10 +24,9 @@ from rlvr.evaluation.metrics import (
     pass_at_k,
     passk_summary,
     prompt_stats,
-    verdict,
+    suggested_settings,
 )
 from rlvr.evaluation.paired import PAIRED_METRICS, PARTS, Interval, PairedDelta, interval_cell
-from rlvr.evaluation.recommend import suggested_settings
 from rlvr.evaluation.records import (
     AnalyseRecord,
     GradedSample,
@@ -260,3 +265,60 @@ def _analyse(
     judged = verdict(accuracy, variance_, entropy, overall["nonzero_variance_fraction"] or 0.0)
     settings = suggested_settings(graded, records, probe_cap, training)
     return RunStatistics(records, {**means, **overall}, judged, settings)
+
+
+def verdict(
+    accuracy: float,
+    mean_variance: float,
+    mean_outcome_entropy: float,
+    spread_fraction: float = 0.0,
+) -> Verdict:
+    """verl-study's guidance applied: accuracy 10-80%, variance > 0.05, entropy 0.2-0.8.
+
+    ``spread_fraction`` is the share of groups whose *scores* differ. GRPO divides each group's
+    advantages by its own spread, so partial credit (format, shaping) that splits a group is a
+    full-sized signal even when no sample is correct: that case is ``partial_credit``, not
+    ``sft_first``, and its advice says what such a run can and cannot learn.
+    """
+    checks = {
+        "accuracy in 10-80%": ACCURACY_RANGE[0] <= accuracy <= ACCURACY_RANGE[1],
+        "variance > 0.05": mean_variance > VARIANCE_MIN,
+        "entropy in 0.2-0.8": ENTROPY_RANGE[0] <= mean_outcome_entropy <= ENTROPY_RANGE[1],
+    }
+    if accuracy < ACCURACY_SFT_BELOW and spread_fraction >= PARTIAL_CREDIT_SPREAD_MIN:
+        return Verdict(
+            "partial_credit",
+            f"accuracy {accuracy:.1%} < 5%, but {spread_fraction:.0%} of the groups disagree in "
+            "score through partial credit (format, shaping): GRPO has signal, and will learn "
+            "what that credit rewards (the answer format), not the task. For the task itself: "
+            "SFT first, easier data or a larger model.",
+            {**checks, "groups with score spread >= 50%": True},
+        )
+    if accuracy < ACCURACY_SFT_BELOW:
+        return Verdict(
+            "sft_first",
+            f"accuracy {accuracy:.1%} < 5%: almost every group is all-wrong, so GRPO has no "
+            "signal. SFT on the format/task first (or use easier data, a larger model, few-shot).",
+            checks,
+        )
+    if accuracy > ACCURACY_TOO_EASY_ABOVE:
+        return Verdict(
+            "harder_data",
+            f"accuracy {accuracy:.1%} > 95%: groups are all-right, advantages are zero. Use "
+            "harder data (more numbers, larger targets) or filter to the prompts it still fails.",
+            checks,
+        )
+    if all(checks.values()):
+        return Verdict(
+            "ready_for_grpo",
+            "ready for GRPO: the model is right sometimes and its groups disagree, which is "
+            "where group-relative advantages come from.",
+            checks,
+        )
+    failed = ", ".join(name for name, ok in checks.items() if not ok)
+    return Verdict(
+        "marginal",
+        f"marginal ({failed} fails): GRPO may learn slowly. Train on the learnable prompts only "
+        "(`filter`), raise the temperature or rollout.n, or adjust the data difficulty.",
+        checks,
+    )
