@@ -237,7 +237,7 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     assert "2 of 6 prompts" in statistics.stats_markdown(prompts, chosen, 0.05, 0.2, 20)
 
     target = tmp_path / "learnable.parquet"
-    assert pipeline.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
+    assert outputs.filter_learnable(run.output_dir, target, 0.05, 0.2) == (2, 6)
     written = pd.read_parquet(target)
     source = pd.read_parquet(countdown_data)
     assert written["extra_info"].map(lambda e: e["solution"]).tolist() == [
@@ -246,15 +246,15 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     config = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False})
     assert len(RLHFDataset(str(target), tiny_tokenizer, config)) == 2  # ready for training
     with pytest.raises(EvalError, match=r"--output .*learnable.parquet already exists.*--force"):
-        pipeline.filter_learnable(run.output_dir, target, 0.5, 0.2)
-    assert pipeline.filter_learnable(run.output_dir, target, 0.2, 0.2, force=True) == (1, 6)
+        outputs.filter_learnable(run.output_dir, target, 0.5, 0.2)
+    assert outputs.filter_learnable(run.output_dir, target, 0.2, 0.2, force=True) == (1, 6)
     assert len(pd.read_parquet(target)) == 1
 
     # A regenerated data file must not silently select different rows.
     pd.concat([source.iloc[[3]], source]).reset_index(drop=True).to_parquet(countdown_data)
     try:
         with pytest.raises(EvalError, match="data file changed"):
-            pipeline.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
+            outputs.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
         assert not (tmp_path / "other.parquet").exists()
     finally:
         source.to_parquet(countdown_data)

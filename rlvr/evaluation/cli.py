@@ -1,18 +1,14 @@
-"""The command line shared by ``scripts/eval_countdown.py`` and ``scripts/eval_gsm8k.py``.
+"""The command line of ``scripts/eval_countdown.py``, ``scripts/eval_gsm8k.py`` and ``python -m
+rlvr.evaluation``: a model command runs ``pipeline.run_model_command``; ``compare``, ``stats``
+and ``filter`` read run folders back (``statistics.compare``, ``run_folder.filter_learnable``).
 
-The model commands (``reward``, ``passk``, ``analyse``) share the common options, each stated
-once in ``COMMON_OPTIONS``. argparse reads them before the command (on the main parser) and after
-it (a parent parser of each model command), so ``--model_path X analyse`` and
-``analyse --model_path X`` both work; a command's own options (sampling: ``--n``,
-``--temperature``, ``--k``) come after it. Neither copy has a default (``argparse.SUPPRESS``): a
-subcommand's defaults would overwrite what the main parser read, so ``parse`` fills them in
-afterwards. With no command, ``reward`` runs.
+The options of ``COMMON_OPTIONS`` come before the command (main parser) or after it (a parent of
+each model command), each copy with no default: ``parse`` fills them in. No command: ``reward``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,61 +16,14 @@ from typing import Any
 from rlvr.common.cli import OneLineParser, float_in, int_in
 from rlvr.common.files import report_disk_full
 from rlvr.common.signals import sigterm_as_interrupt
-from rlvr.evaluation import EvalError, metrics, statistics
-from rlvr.evaluation.pipeline import compare, filter_learnable, run_model_command
-from rlvr.evaluation.run_folder import load_prompt_records
+from rlvr.evaluation import EvalError, metrics, settings, statistics
+from rlvr.evaluation.pipeline import run_model_command
+from rlvr.evaluation.run_folder import filter_learnable, load_prompt_records
 
 COMMANDS = ("reward", "passk", "analyse", "stats", "filter", "compare")
 MODEL_COMMANDS = ("reward", "passk", "analyse")
 DEFAULT_COMMAND = "reward"
 Subcommands = argparse._SubParsersAction  # what add_subparsers returns
-
-
-# Upper bounds far beyond any real run: a typo'd value fails here, not after the model loads.
-MAX_PROMPTS = 10_000_000
-MAX_SAMPLES = 1024  # --n: GRPO groups are 4-64
-MAX_TOKENS = 1_048_576  # above every model's context; the model's own limit is checked later
-MAX_BATCH = 4096
-MAX_TEMPERATURE = 10.0
-# Below this, logits / temperature overflow: torch.multinomial then fails on inf/nan after the
-# model has loaded. 0 (greedy) is allowed, and refused where it would measure nothing.
-MIN_TEMPERATURE = 1e-3
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"format_score\": 0.1}'")
-    return value
-
-
-_positive_int = int_in(1, MAX_PROMPTS)
-
-
-def _temperature(text: str) -> float:
-    """An argparse type: 0 (greedy) or a sampling temperature in [MIN_TEMPERATURE, MAX]."""
-    value = float_in(0.0, MAX_TEMPERATURE)(text)
-    if 0.0 < value < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(
-            f"{text} is too small to sample with: use 0 (greedy) or at least {MIN_TEMPERATURE}"
-        )
-    return value
-
-
-_temperature.__name__ = f"0 or a number in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]"
-
-
-def _k_list(text: str) -> list[int]:
-    try:
-        ks = sorted({int(k) for k in text.split(",") if k.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
-    if not ks or ks[0] < 1 or ks[-1] > MAX_SAMPLES:
-        raise argparse.ArgumentTypeError(f"{text!r}: k values must be between 1 and --n")
-    return ks
 
 
 def _option(name: str, text: str, **spec: Any) -> tuple[str, dict[str, Any]]:
@@ -90,18 +39,18 @@ COMMON_OPTIONS = (
     ),
     _option("--base_model", "base model for a LoRA adapter (default: the adapter's own record)"),
     _option("--data", "data-prep Parquet (default artifacts/data/{task}/test.parquet)"),
-    _option("--limit", "evaluate the first N prompts only", type=_positive_int),
+    _option("--limit", "evaluate the first N prompts only", type=settings.positive_int),
     _option("--seed", "sampling seed (%(default)s)", default=0, type=int_in(0, 2**32 - 1)),
     _option(
         "--max_tokens",
         "max new tokens per response (default: the experiment's max_response_length)",
-        type=int_in(1, MAX_TOKENS),
+        type=int_in(1, settings.MAX_TOKENS),
     ),
     _option(
         "--batch_size",
         "sequences the HF backend decodes together (%(default)s; vLLM batches itself)",
         default=16,
-        type=int_in(1, MAX_BATCH),
+        type=int_in(1, settings.MAX_BATCH),
     ),
     _option(
         "--backend",
@@ -130,11 +79,11 @@ COMMON_OPTIONS = (
         "temperature and top_p, chat-template and reward kwargs (default: the response length "
         "and reward kwargs of the task's default experiment)",
     ),
-    _option("--reward_kwargs", "JSON object overriding reward kwargs", type=_json_object),
+    _option("--reward_kwargs", "JSON object overriding reward kwargs", type=settings.json_flag),
     _option(
         "--template_kwargs",
         "JSON object for apply_chat_template, e.g. '{\"enable_thinking\": false}'",
-        type=_json_object,
+        type=settings.json_flag,
     ),
     _option(
         "--wandb",
@@ -155,9 +104,9 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
     add = parser.add_argument
     add(
         "--temperature",
-        type=_temperature,
-        help=f"sampling temperature, {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g} (0: greedy, "
-        "--n 1 only); default: the experiment's rollout temperature, else 1.0",
+        type=settings.temperature_flag,
+        help=f"sampling temperature, {settings.MIN_TEMPERATURE} to {settings.MAX_TEMPERATURE:g} "
+        "(0: greedy, --n 1 only); default: the experiment's rollout temperature, else 1.0",
     )
     add(
         "--top_p",
@@ -169,7 +118,7 @@ def _add_sampling_options(parser: argparse.ArgumentParser, *n_aliases: str) -> N
         "--n",
         *n_aliases,
         dest="n",
-        type=int_in(1, MAX_SAMPLES),
+        type=int_in(1, settings.MAX_SAMPLES),
         default=16,
         help=f"samples per prompt, like GRPO's rollout.n (%(default)s){alias}",
     )
@@ -197,7 +146,7 @@ def _add_model_commands(commands: Subcommands, task: str) -> None:
     )
     _add_sampling_options(passk)
     passk.add_argument(
-        "--k", type=_k_list, help="k values, each <= n (default: 1,4,8,16 up to n, and n)"
+        "--k", type=settings.k_list, help="k values, each <= n (default: 1,4,8,16 up to n, and n)"
     )
     analyse = commands.add_parser(
         "analyse", parents=[common], help="signal probe: per-prompt variance and entropy, verdict"
@@ -226,7 +175,7 @@ def _add_run_commands(commands: Subcommands) -> None:
         )
         if name == "stats":
             sub.add_argument(
-                "--top", type=_positive_int, default=20, help="rows to list (%(default)s)"
+                "--top", type=settings.positive_int, default=20, help="rows to list (%(default)s)"
             )
         else:
             sub.add_argument(  # required, checked in parse: it may also come before filter
@@ -234,7 +183,6 @@ def _add_run_commands(commands: Subcommands) -> None:
                 default=argparse.SUPPRESS,
                 help="Parquet to write, e.g. artifacts/data/countdown/train_learnable.parquet",
             )
-            _add_force(sub)
     compare = commands.add_parser(
         "compare",
         help="two runs side by side, deltas with paired 95%% intervals; runs on other prompts or "
@@ -243,17 +191,13 @@ def _add_run_commands(commands: Subcommands) -> None:
     compare.add_argument("base", help="run folder or summary.json of the base model")
     compare.add_argument("trained", help="run folder or summary.json of the trained model")
     compare.add_argument("--output", default=argparse.SUPPRESS, help="also write the table here")
-    _add_force(compare)
-
-
-def _add_force(parser: argparse.ArgumentParser) -> None:
-    """A run command's ``--force``, with no default, like the common options' (see ``parse``)."""
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="replace an existing --output",
-    )
+    for writer in (sub, compare):  # filter (the loop's last) and compare: --force, no default
+        writer.add_argument(
+            "--force",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="replace an existing --output",
+        )
 
 
 def build_parser(task: str, description: str) -> argparse.ArgumentParser:
@@ -325,7 +269,7 @@ def main(task_name: str, description: str, argv: Sequence[str] | None = None) ->
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:
     if args.command == "compare":
-        return compare(args.base, args.trained, args.output, args.force)
+        return statistics.compare(args.base, args.trained, args.output, args.force)
     if args.command == "stats":
         records, _ = load_prompt_records(args.input)
         chosen = metrics.high_value_prompts(records, args.var_min, args.entropy_min)

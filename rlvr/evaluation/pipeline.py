@@ -1,7 +1,6 @@
 """One model eval, each stage called once and in order (``run_model_command``, ``evaluate``):
-settings, model, prompts, generation, grading, statistics, the run folder written whole; and
-``compare``/``filter``, which read run folders back. Bad input raises ``EvalError`` before the
-model loads; docs/ERRORS.md lists what each command refuses."""
+settings, model, prompts, generation, grading, statistics, the run folder written whole. Bad input
+raises ``EvalError`` before the model loads; docs/ERRORS.md lists what each command refuses."""
 
 from __future__ import annotations
 
@@ -10,28 +9,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rlvr.evaluation import (
-    EvalError,
-    generation,
-    metrics,
-    model,
-    paired,
-    prompts,
-    settings,
-    statistics,
-)
+from rlvr.evaluation import EvalError, generation, model, prompts, settings, statistics
 from rlvr.evaluation.grading import EvalRun
 from rlvr.evaluation.prompts import Row, tokenizer_of
-from rlvr.evaluation.records import Recommendations, Summary, jsonable, load_summary, write_jsonl
+from rlvr.evaluation.records import Recommendations, Summary, write_jsonl
 from rlvr.evaluation.run_folder import (
-    check_complete_run,
     default_output_dir,
-    load_prompt_records,
-    new_file,
     refuse_existing,
     staged_run_dir,
     summary_markdown,
-    write_new_text,
     write_summary,
 )
 from rlvr.evaluation.settings import SamplingSettings
@@ -79,7 +65,10 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         evaluate(
             "reward", replace(run, output_dir=greedy_dir, prompts_per_chunk=chunk), rows, greedy
         )
-    _print_run(summary, output_dir, greedy_dir)
+    print(summary_markdown(summary), end="")
+    print(f"\nrun directory: {output_dir}")
+    if greedy_dir is not None:
+        print(f"greedy run directory: {greedy_dir}")
     if args.wandb:
         from rlvr.evaluation.run_folder import log_to_wandb
 
@@ -149,13 +138,6 @@ def _check_library_call(
     settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
 
 
-def _print_run(summary: Summary, output_dir: Path, greedy_dir: Path | None) -> None:
-    print(summary_markdown(summary), end="")
-    print(f"\nrun directory: {output_dir}")
-    if greedy_dir is not None:
-        print(f"greedy run directory: {greedy_dir}")
-
-
 def greedy_output(args: argparse.Namespace, output_dir: Path) -> Path | None:
     """``--greedy_output``, checked like ``--output``: passk and analyse only, another folder."""
     if not args.greedy_output:
@@ -173,98 +155,3 @@ def prompts_per_chunk(backend: str, batch_size: int, samples_per_prompt: int) ->
     """Prompts per generate call. HF: enough to fill a decoding batch of ``batch_size``
     sequences; vLLM: large chunks, it schedules itself."""
     return max(1, batch_size // samples_per_prompt) if backend == "hf" else 256
-
-
-# ---------------------------------------------------------------- run folders read back
-
-
-def compare(base: str, trained: str, output: str | None, force: bool) -> int:
-    """The two runs side by side; the per-prompt means with their paired 95% intervals. Runs
-    that differ in anything but the model are refused (``paired.check_comparable``)."""
-    if output:
-        refuse_existing(Path(output), force)
-        refuse_output_in_inputs(Path(output), {"BASE": base, "TRAINED": trained})
-    check_complete_run(Path(base), "BASE")
-    check_complete_run(Path(trained), "TRAINED")
-    summaries = load_summary(base), load_summary(trained)
-    if summaries[0].header.task != summaries[1].header.task:
-        raise EvalError(
-            f"BASE {base} is a {summaries[0].header.task} run and TRAINED {trained} a "
-            f"{summaries[1].header.task} run: their scores do not compare; pass two runs of one "
-            "task"
-        )
-    # a summary.json given stands for its run folder: the samples are read beside it
-    before, after = (
-        paired.EvalRunSamples.load(path if Path(path).is_dir() else Path(path).parent, summary)
-        for path, summary in zip((base, trained), summaries, strict=True)
-    )
-    warnings = paired.check_comparable(before, after)
-    count = len(before.prompts)
-    deltas = paired.deltas_between(before, after) if count > 1 else []
-    table = statistics.compare_markdown(*summaries, deltas)
-    if count < 2:
-        warnings.append("warning: one prompt: no interval; evaluate more prompts to judge")
-    table += "".join(f"{line}\n" for line in warnings)
-    print(table, end="")
-    if output:
-        write_new_text(Path(output), table, force)
-    return 0
-
-
-def refuse_output_in_inputs(output: Path, inputs: dict[str, str]) -> None:
-    """``compare --output`` inside (or equal to) a run it compares would overwrite that run's
-    files (``--force`` onto ``BASE/summary.json``); refused. A ``summary.json`` given as input
-    stands for its run folder."""
-    target = output.resolve()
-    for name, given in inputs.items():
-        run = Path(given).resolve()
-        if run.is_file() and run.name == "summary.json":
-            run = run.parent
-        if target == run or target.is_relative_to(run):
-            raise EvalError(
-                f"--output {output}: inside {name} {given}, a run being compared; write the "
-                "table outside both runs"
-            )
-
-
-def filter_learnable(
-    run_dir: str | Path,
-    output: str | Path,
-    var_min: float,
-    entropy_min: float,
-    force: bool = False,
-) -> tuple[int, int]:
-    """Write the analyse run's learnable prompts, as their original Parquet rows, to ``output``
-    (atomically; an existing file only with ``force``).
-
-    Returns (rows written, prompts analysed). The run's ground truths are checked against the
-    data file so a regenerated data file cannot silently select the wrong rows.
-    """
-    import pandas as pd
-
-    output = Path(output)
-    refuse_existing(output, force)
-    records, summary = load_prompt_records(run_dir)
-    chosen = metrics.high_value_prompts(records, var_min, entropy_min)
-    if not chosen:
-        raise EvalError(
-            f"no prompt of {len(records)} passes variance > {var_min} and entropy >= "
-            f"{entropy_min}: nothing to write"
-        )
-    data = summary.header.data
-    frame = pd.read_parquet(data)
-    indices = sorted(r.prompt_index for r in chosen)
-    by_index = {r.prompt_index: r for r in chosen}
-    for index in indices:
-        if index >= len(frame):
-            raise EvalError(f"{data} has {len(frame)} rows; the run saw row {index}")
-        actual = jsonable(frame.iloc[index]["reward_model"]["ground_truth"])
-        if actual != by_index[index].ground_truth:
-            raise EvalError(
-                f"{data} row {index}: ground truth {actual!r} differs from the run's "
-                f"{by_index[index].ground_truth!r}; the data file changed since the analyse run"
-            )
-    encoded = frame.iloc[indices].reset_index(drop=True).to_parquet(index=False)
-    with new_file(output, force, needed_bytes=len(encoded)) as staging:
-        staging.write_bytes(encoded)
-    return len(indices), len(records)

@@ -30,12 +30,13 @@ from rlvr.common.files import (
 )
 from rlvr.common.paths import ROOT
 from rlvr.common.signals import signals_deferred
-from rlvr.evaluation import EvalError
+from rlvr.evaluation import EvalError, metrics
 from rlvr.evaluation.records import (
     AnalyseRecord,
     GradedSample,
     Recommendations,
     Summary,
+    jsonable,
     load_summary,
     parse,
     read_records,
@@ -55,21 +56,6 @@ RUN_FILES = ("summary.json", "samples.jsonl")  # what makes a folder an eval run
 
 def _exists(path: Path) -> bool:
     return path.exists() or path.is_symlink()
-
-
-def _refusal(flag: str, path: Path) -> EvalError:
-    return EvalError(
-        f"{flag} {path} already exists; pass --force to replace it once the new results are "
-        f"complete, or choose another {flag}"
-    )
-
-
-def _link_refusal(flag: str, path: Path) -> EvalError:
-    target = os.readlink(path)
-    dangling = "" if path.exists() else ", which does not exist"
-    return EvalError(
-        f"{flag} {path} is a symbolic link (to {target}{dangling}); pass a real path, not a link"
-    )
 
 
 def check_writable(path: Path, flag: str = "--output") -> None:
@@ -97,12 +83,19 @@ def refuse_existing(path: Path, force: bool, flag: str = "--output", run: bool =
     or when it could not be written (``check_writable``). ``--force`` replaces a file, or with
     ``run`` an eval run folder (or an empty folder), never anything else."""
     if path.is_symlink():
-        raise _link_refusal(flag, path)
+        dangling = "" if path.exists() else ", which does not exist"
+        raise EvalError(
+            f"{flag} {path} is a symbolic link (to {os.readlink(path)}{dangling}); pass a real "
+            "path, not a link"
+        )
     check_writable(path, flag)
     if not _exists(path):
         return
     if not force:
-        raise _refusal(flag, path)
+        raise EvalError(
+            f"{flag} {path} already exists; pass --force to replace it once the new results are "
+            f"complete, or choose another {flag}"
+        )
     if not run and path.is_dir():
         raise EvalError(f"{flag} {path} is a folder; --force replaces a file only")
     if run and not path.is_dir():
@@ -200,11 +193,6 @@ def new_file(
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged(path, needed_bytes) as staging:
         yield staging
-
-
-def write_new_text(path: Path, text: str, force: bool, flag: str = "--output") -> None:
-    with new_file(path, force, flag, needed_bytes=len(text.encode())) as staging:
-        staging.write_text(text)
 
 
 # Metrics shown in reports, in order; rates print as percentages.
@@ -327,19 +315,15 @@ def load_prompt_records(path: str | Path) -> tuple[list[AnalyseRecord], Summary]
     return read_records(records_file, AnalyseRecord), summary
 
 
-def wandb_mode() -> str:
-    """``WANDB_MODE`` when set, else online with an API key and offline without one."""
-    return os.environ.get("WANDB_MODE") or (
-        "online" if os.environ.get("WANDB_API_KEY") else "offline"
-    )
-
-
 def log_to_wandb(run_dir: Path, summary: Summary, project: str, max_rows: int = 200) -> str:
     """Log the summary numbers and a table of generations under ``run_dir/wandb``; returns the
     mode (offline unless a key is configured)."""
     import wandb
 
-    mode = wandb_mode()
+    # WANDB_MODE when set, else online with an API key and offline without one
+    mode = os.environ.get("WANDB_MODE") or (
+        "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    )
     flat = summary.to_json()
     wb = wandb.init(
         project=project,
@@ -360,3 +344,46 @@ def log_to_wandb(run_dir: Path, summary: Summary, project: str, max_rows: int = 
     wb.log({"generations": table})
     wb.finish()
     return mode
+
+
+def filter_learnable(
+    run_dir: str | Path,
+    output: str | Path,
+    var_min: float,
+    entropy_min: float,
+    force: bool = False,
+) -> tuple[int, int]:
+    """Write the analyse run's learnable prompts, as their original Parquet rows, to ``output``
+    (atomically; an existing file only with ``force``).
+
+    Returns (rows written, prompts analysed). The run's ground truths are checked against the
+    data file so a regenerated data file cannot silently select the wrong rows.
+    """
+    import pandas as pd
+
+    output = Path(output)
+    refuse_existing(output, force)
+    records, summary = load_prompt_records(run_dir)
+    chosen = metrics.high_value_prompts(records, var_min, entropy_min)
+    if not chosen:
+        raise EvalError(
+            f"no prompt of {len(records)} passes variance > {var_min} and entropy >= "
+            f"{entropy_min}: nothing to write"
+        )
+    data = summary.header.data
+    frame = pd.read_parquet(data)
+    indices = sorted(r.prompt_index for r in chosen)
+    by_index = {r.prompt_index: r for r in chosen}
+    for index in indices:
+        if index >= len(frame):
+            raise EvalError(f"{data} has {len(frame)} rows; the run saw row {index}")
+        actual = jsonable(frame.iloc[index]["reward_model"]["ground_truth"])
+        if actual != by_index[index].ground_truth:
+            raise EvalError(
+                f"{data} row {index}: ground truth {actual!r} differs from the run's "
+                f"{by_index[index].ground_truth!r}; the data file changed since the analyse run"
+            )
+    encoded = frame.iloc[indices].reset_index(drop=True).to_parquet(index=False)
+    with new_file(output, force, needed_bytes=len(encoded)) as staging:
+        staging.write_bytes(encoded)
+    return len(indices), len(records)

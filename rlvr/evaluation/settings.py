@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rlvr.common.cli import float_in, int_in
 from rlvr.evaluation import EvalError
 from rlvr.evaluation.records import JSONDict, jsonable
 from rlvr.tasks import TaskSpec
@@ -233,6 +234,53 @@ def checked_ks(command: str, k_flag: list[int] | None, sampling: SamplingSetting
         )
     ks = (k_flag or default_ks(n)) if command == "passk" else []
     check_group(command, n, ks)
+    return ks
+
+
+# Upper bounds far beyond any real run: a typo'd value fails here, not after the model loads.
+MAX_PROMPTS = 10_000_000
+MAX_SAMPLES = 1024  # --n: GRPO groups are 4-64
+MAX_TOKENS = 1_048_576  # above every model's context; the model's own limit is checked later
+MAX_BATCH = 4096
+MAX_TEMPERATURE = 10.0
+# Below this, logits / temperature overflow: torch.multinomial then fails on inf/nan after the
+# model has loaded. 0 (greedy) is allowed, and refused where it would measure nothing.
+MIN_TEMPERATURE = 1e-3
+
+
+def json_flag(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"format_score\": 0.1}'")
+    return value
+
+
+positive_int = int_in(1, MAX_PROMPTS)
+
+
+def temperature_flag(text: str) -> float:
+    """An argparse type: 0 (greedy) or a sampling temperature in [MIN_TEMPERATURE, MAX]."""
+    value = float_in(0.0, MAX_TEMPERATURE)(text)
+    if 0.0 < value < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(
+            f"{text} is too small to sample with: use 0 (greedy) or at least {MIN_TEMPERATURE}"
+        )
+    return value
+
+
+temperature_flag.__name__ = f"0 or a number in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]"
+
+
+def k_list(text: str) -> list[int]:
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
+    if not ks or ks[0] < 1 or ks[-1] > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"{text!r}: k values must be between 1 and --n")
     return ks
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlvr.evaluation import EvalError
 from rlvr.evaluation.metrics import (
@@ -26,7 +27,16 @@ from rlvr.evaluation.metrics import (
     prompt_stats,
     suggested_settings,
 )
-from rlvr.evaluation.paired import PAIRED_METRICS, PARTS, Interval, PairedDelta, interval_cell
+from rlvr.evaluation.paired import (
+    PAIRED_METRICS,
+    PARTS,
+    EvalRunSamples,
+    Interval,
+    PairedDelta,
+    check_comparable,
+    deltas_between,
+    interval_cell,
+)
 from rlvr.evaluation.records import (
     AnalyseRecord,
     GradedSample,
@@ -34,8 +44,17 @@ from rlvr.evaluation.records import (
     SuggestedSetting,
     Summary,
     Verdict,
+    load_summary,
 )
-from rlvr.evaluation.run_folder import format_delta, format_value, metric_value, report_keys
+from rlvr.evaluation.run_folder import (
+    check_complete_run,
+    format_delta,
+    format_value,
+    metric_value,
+    new_file,
+    refuse_existing,
+    report_keys,
+)
 from rlvr.evaluation.settings import RunSettings, SamplingSettings
 
 
@@ -322,3 +341,53 @@ def verdict(
         "(`filter`), raise the temperature or rollout.n, or adjust the data difficulty.",
         checks,
     )
+
+
+def compare(base: str, trained: str, output: str | None, force: bool) -> int:
+    """The two runs side by side; the per-prompt means with their paired 95% intervals. Runs
+    that differ in anything but the model are refused (``paired.check_comparable``)."""
+    if output:
+        refuse_existing(Path(output), force)
+        refuse_output_in_inputs(Path(output), {"BASE": base, "TRAINED": trained})
+    check_complete_run(Path(base), "BASE")
+    check_complete_run(Path(trained), "TRAINED")
+    summaries = load_summary(base), load_summary(trained)
+    if summaries[0].header.task != summaries[1].header.task:
+        raise EvalError(
+            f"BASE {base} is a {summaries[0].header.task} run and TRAINED {trained} a "
+            f"{summaries[1].header.task} run: their scores do not compare; pass two runs of one "
+            "task"
+        )
+    # a summary.json given stands for its run folder: the samples are read beside it
+    before, after = (
+        EvalRunSamples.load(path if Path(path).is_dir() else Path(path).parent, summary)
+        for path, summary in zip((base, trained), summaries, strict=True)
+    )
+    warnings = check_comparable(before, after)
+    count = len(before.prompts)
+    deltas = deltas_between(before, after) if count > 1 else []
+    table = compare_markdown(*summaries, deltas)
+    if count < 2:
+        warnings.append("warning: one prompt: no interval; evaluate more prompts to judge")
+    table += "".join(f"{line}\n" for line in warnings)
+    print(table, end="")
+    if output:
+        with new_file(Path(output), force, needed_bytes=len(table.encode())) as staging:
+            staging.write_text(table)
+    return 0
+
+
+def refuse_output_in_inputs(output: Path, inputs: dict[str, str]) -> None:
+    """``compare --output`` inside (or equal to) a run it compares would overwrite that run's
+    files (``--force`` onto ``BASE/summary.json``); refused. A ``summary.json`` given as input
+    stands for its run folder."""
+    target = output.resolve()
+    for name, given in inputs.items():
+        run = Path(given).resolve()
+        if run.is_file() and run.name == "summary.json":
+            run = run.parent
+        if target == run or target.is_relative_to(run):
+            raise EvalError(
+                f"--output {output}: inside {name} {given}, a run being compared; write the "
+                "table outside both runs"
+            )
