@@ -258,8 +258,6 @@ class _RecommendationsKey(_Record):
     recommendations: Recommendations
 
 
-HEADER_KEYS = tuple(RunHeader.model_fields)
-VERDICT_KEYS = tuple(_VerdictKeys.model_fields)
 RECOMMENDATIONS_KEY = "recommendations"
 
 
@@ -316,7 +314,7 @@ class Summary:
         recommended = None
         if RECOMMENDATIONS_KEY in data:
             recommended = parse(_RecommendationsKey, text, source).recommendations
-        known = (*HEADER_KEYS, *VERDICT_KEYS, RECOMMENDATIONS_KEY)
+        known = (*RunHeader.model_fields, *_VerdictKeys.model_fields, RECOMMENDATIONS_KEY)
         rest = {k: v for k, v in data.items() if k not in known}
         return cls(
             header=header,

@@ -12,7 +12,9 @@ the same keys, the ones verl's trainer reads:
 - ``custom_reward_function.reward_kwargs``: how responses are graded;
 - ``actor_rollout_ref.rollout.n``: what ``analyse`` compares its suggested group size with.
 
-Explicit flags win over the config; every kwarg is checked before the model loads.
+Explicit flags win over the config; every kwarg, and every flag's value (its argparse type
+here: ``json_flag``, ``temperature_flag``, ``k_list``, the bounds), is checked before the model
+loads.
 
 ``python -m rlvr.evaluation.settings EXPERIMENT [OVERRIDE ...] [--print FIELD ...]`` prints
 them (scripts/quickstart.sh reads its temperature and step count from it).
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rlvr.common.cli import float_in, int_in
+from rlvr.common.cli import OneLineParser, float_in, int_in
 from rlvr.evaluation import EvalError
 from rlvr.evaluation.records import JSONDict, jsonable
 from rlvr.tasks import TaskSpec
@@ -285,8 +287,6 @@ def k_list(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rlvr.common.cli import OneLineParser
-
     fields = [name for name in RunSettings.__dataclass_fields__ if name != "origin"]
     parser = OneLineParser(description="Print a training experiment's eval settings.")
     parser.add_argument("experiment", help="a training experiment (configs/NAME.yaml)")
