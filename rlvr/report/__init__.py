@@ -49,7 +49,7 @@ def build(
     folder), each file atomically. Raises ReportError (one line) on input it cannot read;
     ``task`` overrides the task read from the run; ``cache`` keeps parsed rollout dumps between
     calls (``--follow``); ``preamble``: Markdown lines placed after the header (the quickstart's
-    held-out change, ``held_out.py``)."""
+    held-out change, rlvr/evaluation/statistics.py's ``held_out_section``)."""
     run = Path(run_dir)
     records = load_run(run, task, cache)
     alarms = run_checks(records)
