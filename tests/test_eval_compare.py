@@ -216,3 +216,23 @@ def test_one_prompt_compares_without_an_interval(
     assert code == 0, err
     assert "| pass@1 | 0.00% | 100.00% | +100.00 pt | - |" in out
     assert "warning: one prompt: no interval" in out and "95% CI [" not in out
+
+
+@pytest.mark.parametrize(
+    "low,high,said",
+    [
+        (0.01, 0.09, "excludes zero: on these held-out prompts the GRPO model is right more often"),
+        (
+            -0.09,
+            -0.01,
+            "excludes zero: on these held-out prompts the GRPO model is right less often",
+        ),
+        (-0.01, 0.09, "includes zero: this run shows no held-out change in pass@1 that 96 prompts"),
+    ],
+)
+def test_interval_verdict_says_which_way(low: float, high: float, said: str) -> None:
+    from rlvr.evaluation.paired import Interval
+    from rlvr.evaluation.statistics import interval_verdict
+
+    verdict = interval_verdict("pass@1", Interval((low + high) / 2, low, high, 96), "GRPO")
+    assert verdict.startswith("The 95% interval of pass@1 ") and said in verdict

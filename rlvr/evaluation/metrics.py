@@ -1,5 +1,5 @@
-"""Eval and signal-probing metrics: pass@k, maj@k, per-prompt reward statistics, the verdict,
-and the training settings an ``analyse`` probe suggests (``data.max_response_length`` and
+"""Eval and signal-probing metrics: pass@k, maj@k, per-prompt reward statistics, and the
+training settings an ``analyse`` probe suggests (``data.max_response_length`` and
 ``actor_rollout_ref.rollout.n``; docs/EVALUATION_DESIGN.md, "Suggested settings and checks
 before a run", states each rule and why its threshold).
 
@@ -352,7 +352,7 @@ def settings_from_samples(
     samples: Sequence[GradedSample], probe_cap: int, training: RunSettings | None
 ) -> list[SuggestedSetting]:
     """``suggested_settings`` from a recorded run's samples (``samples.jsonl``, read with
-    ``run_folder.read_records``): grouped by prompt, in the order the probe wrote them. Both
+    ``records.read_records``): grouped by prompt, in the order the probe wrote them. Both
     suggestions need only scores, lengths and finish reasons, which the file keeps."""
     groups: dict[int, list[GradedSample]] = {}
     for sample in samples:

@@ -67,7 +67,7 @@ def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) ->
     Needs two or more differences; all-equal differences give a zero-width interval.
     """
     # Imported here: scipy.stats takes about 0.7 s to import, and every eval run imports this
-    # module (for the run's fingerprint) though only comparisons compute an interval.
+    # module (through statistics.py) though only comparisons compute an interval.
     from scipy.stats import t as student_t
 
     n = len(differences)

@@ -110,10 +110,12 @@ def _interval_line(delta: PairedDelta) -> str:
         if ci.excludes_zero
         else "the interval includes zero: no change these prompts can tell from noise"
     )
-    return (
-        f"- {delta.label}: {ci.mean * 100:+.2f} pt, 95% CI {interval_cell(ci, mark=False)} "
-        f"over {ci.n} prompts; {said}"
-    )
+    return f"- {delta.label}: {_points(ci)} over {ci.n} prompts; {said}"
+
+
+def _points(ci: Interval) -> str:
+    """A paired delta and its interval, in percentage points."""
+    return f"{ci.mean * 100:+.2f} pt, 95% CI {interval_cell(ci, mark=False)}"
 
 
 def stats_markdown(
@@ -153,23 +155,16 @@ NOISE_NOTE = (
 def _row(name: str, delta: PairedDelta) -> str:
     ci = delta.interval
     zero = "excludes zero" if ci.excludes_zero else "includes zero"
-    return (
-        f"- {name}: {delta.before:.2%} -> {delta.after:.2%}, {ci.mean * 100:+.2f} pt, "
-        f"95% CI {interval_cell(ci, mark=False)} ({zero})"
-    )
+    return f"- {name}: {delta.before:.2%} -> {delta.after:.2%}, {_points(ci)} ({zero})"
 
 
 def interval_verdict(name: str, interval: Interval, after: str) -> str:
     """One sentence: does the paired interval exclude zero, and which way."""
-    if interval.low > 0.0:
+    if interval.excludes_zero:
         return (
             f"The 95% interval of {name} excludes zero: on these held-out prompts the {after} "
-            "model is right more often, beyond the noise of this many prompts."
-        )
-    if interval.high < 0.0:
-        return (
-            f"The 95% interval of {name} excludes zero: on these held-out prompts the {after} "
-            "model is right less often, beyond the noise of this many prompts."
+            f"model is right {'more' if interval.low > 0.0 else 'less'} often, beyond the noise "
+            "of this many prompts."
         )
     return (
         f"The 95% interval of {name} includes zero: this run shows no held-out change in "
