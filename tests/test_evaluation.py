@@ -136,7 +136,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def test_analyse_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    summary = pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
+    summary = pipeline.evaluate("analyse", run, load_rows(countdown_data), SAMPLED)
     found = summary.metrics
     # success rates 1, .5, .25, 0, 0, 0 over 6 prompts
     assert found["accuracy"] == pytest.approx(1.75 / 6)
@@ -169,7 +169,7 @@ def test_analyse_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -
 def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tokenizer) -> None:
     run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
     rows = load_rows(countdown_data)
-    summary = pipeline.run_passk(run, rows, SAMPLED, [1, 2, 4])
+    summary = pipeline.evaluate("passk", run, rows, SAMPLED, [1, 2, 4])
     counts = [4, 2, 1, 0, 0, 0]
     for k in (1, 2, 4):
         expected = sum(metrics.pass_at_k(4, c, k) for c in counts) / 6
@@ -195,10 +195,12 @@ def test_passk_and_reward_by_hand(tmp_path: Path, countdown_data: Path, tiny_tok
     assert table.index("| pass@4 |") < table.index("| maj@1 |") < table.index("| maj@4 |")
     assert records.load_summary(run.output_dir) == summary
     with pytest.raises(EvalError, match="between 1 and"):
-        pipeline.run_passk(run, rows, SamplingSettings(n=4), [8])
+        pipeline.evaluate("passk", run, rows, SamplingSettings(n=4), [8])
 
     run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
-    greedy = pipeline.run_reward(replace(run, output_dir=tmp_path / "reward"), rows, SAMPLED)
+    greedy = pipeline.evaluate(
+        "reward", replace(run, output_dir=tmp_path / "reward"), rows, SAMPLED
+    )
     assert greedy.header.sampling["n"] == 1 and greedy.header.sampling["temperature"] == 0.0
     assert greedy.metrics["pass@1"] == pytest.approx(3 / 6)  # first responses: right x3
     assert greedy.metrics["mean_score"] == pytest.approx(3 / 6)
@@ -216,7 +218,7 @@ def test_a_reward_without_answer_key_reports_no_maj_at_k(
     assert without.load_answer_key() is None
     run = replace(_scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer), task=without)
     rows = load_rows(countdown_data)
-    summary = pipeline.run_passk(run, rows, SAMPLED, [1, 2, 4])
+    summary = pipeline.evaluate("passk", run, rows, SAMPLED, [1, 2, 4])
     assert not [key for key in summary.metrics if key.startswith("maj@")]
     assert summary.metrics["pass@4"] == pytest.approx(3 / 6)
     first = _read_jsonl(run.output_dir / "prompts.jsonl")[0]
@@ -230,7 +232,7 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    summary = pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
+    summary = pipeline.evaluate("analyse", run, load_rows(countdown_data), SAMPLED)
     prompts, _ = outputs.load_prompt_records(run.output_dir)
     chosen = metrics.high_value_prompts(prompts, 0.05, 0.2)
     assert [r.prompt_index for r in chosen] == [1, 2]  # highest variance first
@@ -258,6 +260,13 @@ def test_stats_filter_and_compare(tmp_path: Path, countdown_data: Path, tiny_tok
         assert not (tmp_path / "other.parquet").exists()
     finally:
         source.to_parquet(countdown_data)
+    # A data file moved since the probe: one line naming it, not pyarrow's traceback.
+    moved = countdown_data.rename(tmp_path / "moved.parquet")
+    try:
+        with pytest.raises(EvalError, match=r"the analyse run's data .*: no such file"):
+            outputs.filter_learnable(run.output_dir, tmp_path / "other.parquet", 0.05, 0.2)
+    finally:
+        moved.rename(countdown_data)
 
     base = replace(summary, header=summary.header.model_copy(update={"model": "base"}))
     better = {**base.metrics, "mean_score": (base.metrics["mean_score"] or 0.0) + 0.25}
@@ -272,7 +281,7 @@ def test_a_run_records_its_wall_time_and_tokens(tmp_path: Path, countdown_data, 
     """summary.json's "timing": the run's wall seconds and the tokens it generated (the sum of
     samples.jsonl's response_tokens), so tokens/s can be computed; not a metric."""
     run = _scripted_run(tmp_path / "passk", countdown_data, tiny_tokenizer)
-    summary = pipeline.run_passk(run, load_rows(countdown_data), SAMPLED, [1])
+    summary = pipeline.evaluate("passk", run, load_rows(countdown_data), SAMPLED, [1])
     timing = json.loads((run.output_dir / "summary.json").read_text())["timing"]
     samples = _read_jsonl(run.output_dir / "samples.jsonl")
     assert timing["generated_tokens"] == sum(s["response_tokens"] for s in samples) > 0
@@ -333,19 +342,21 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
 ) -> None:
     rows = load_rows(countdown_data)
     output = tmp_path / "run"
-    pipeline.run_analyse(_scripted_run(output, countdown_data, tiny_tokenizer), rows, SAMPLED)
+    pipeline.evaluate(
+        "analyse", _scripted_run(output, countdown_data, tiny_tokenizer), rows, SAMPLED
+    )
     before = _snapshot(output)
     assert sorted(before) == ["prompts.jsonl", "samples.jsonl", "summary.json", "summary.md"]
 
     refused = _scripted_run(output, countdown_data, tiny_tokenizer)
     with pytest.raises(EvalError, match=r"^--output .*/run already exists; pass --force"):
-        pipeline.run_reward(refused, rows, SAMPLED)
+        pipeline.evaluate("reward", refused, rows, SAMPLED)
     assert refused.backend.calls == 0 and _snapshot(output) == before
 
     # --force, and the backend dies on its second chunk (prompts 4-5): the old run stays whole.
     dying = _scripted_run(output, countdown_data, tiny_tokenizer, fail_on_call=2, force=True)
     with pytest.raises(RuntimeError, match="fell over"):
-        pipeline.run_analyse(dying, rows, SAMPLED)
+        pipeline.evaluate("analyse", dying, rows, SAMPLED)
     assert _snapshot(output) == before
     staging = outputs.staging_dir(output)
     assert sorted(p.name for p in tmp_path.iterdir()) == [staging.name, "run"]
@@ -356,7 +367,7 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
 
     # A run that completes replaces the folder whole (and reuses its pid's staging name).
     replaced = _scripted_run(output, countdown_data, tiny_tokenizer, force=True)
-    pipeline.run_passk(replaced, rows, SAMPLED, [1, 4])
+    pipeline.evaluate("passk", replaced, rows, SAMPLED, [1, 4])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert sorted(_snapshot(output)) == sorted(before)
     assert records.load_summary(output).header.command == "passk"
@@ -366,7 +377,7 @@ def test_a_failed_or_refused_run_leaves_the_previous_folder_intact(
     notes.mkdir()
     (notes / "todo.txt").write_text("keep")
     with pytest.raises(EvalError, match="not an eval run folder"):
-        pipeline.run_reward(replace(replaced, output_dir=notes), rows, SAMPLED)
+        pipeline.evaluate("reward", replace(replaced, output_dir=notes), rows, SAMPLED)
     assert _snapshot(notes) == {"todo.txt": b"keep"}
 
 
@@ -696,11 +707,11 @@ def test_reward_kwargs_typo_is_refused_and_never_recorded(
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
     typo = replace(run, reward_kwargs={"formt_score": 0.1})
     with pytest.raises(EvalError, match=r"formt_score.*format_score"):
-        pipeline.run_reward(typo, load_rows(countdown_data), SAMPLED)
+        pipeline.evaluate("reward", typo, load_rows(countdown_data), SAMPLED)
     assert typo.backend.calls == 0 and not (tmp_path / "run").exists()
     # negative control: the right name runs and is recorded
     run.backend.by_prompt = {k: v[:1] for k, v in run.backend.by_prompt.items()}
-    summary = pipeline.run_reward(run, load_rows(countdown_data), SAMPLED)
+    summary = pipeline.evaluate("reward", run, load_rows(countdown_data), SAMPLED)
     assert summary.header.reward_kwargs == {"format_score": 0.1}
 
 
@@ -746,7 +757,7 @@ def test_compare_refuses_incomplete_or_mixed_runs(
 ) -> None:
     rows = load_rows(countdown_data)
     run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
-    pipeline.run_analyse(run, rows, SAMPLED)
+    pipeline.evaluate("analyse", run, rows, SAMPLED)
     complete = str(tmp_path / "run")
     header = records.load_summary(complete).header  # what compare checks the prompts by
     rendered = [render_prompt(tiny_tokenizer, row["prompt"]) for row in rows]
@@ -998,7 +1009,7 @@ def bad_inputs(
     (ws / "dangling").symlink_to(ws / "nowhere")
     for name in ("runA", "runB"):
         run = _scripted_run(ws / name, countdown_data, tiny_tokenizer)
-        pipeline.run_analyse(run, load_rows(countdown_data), SAMPLED)
+        pipeline.evaluate("analyse", run, load_rows(countdown_data), SAMPLED)
     (ws / "link_to_run").symlink_to(ws / "runB")
     yield {"ws": str(ws), "model": str(tiny_model_dir), "data": str(countdown_data)}
     (ws / "ro").chmod(0o755)

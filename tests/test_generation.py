@@ -52,6 +52,8 @@ def test_resolve_model_kinds(tmp_path: Path, tiny_model_dir: Path) -> None:
     source = resolve_model(str(adapter))
     assert source.kind == "lora" and source.base == str(tiny_model_dir)
     assert source.tokenizer_path == str(tiny_model_dir)  # the adapter has no tokenizer
+    assert source.weights_path == str(tiny_model_dir)
+    assert resolve_model(str(tiny_model_dir)).weights_path == str(tiny_model_dir)
 
 
 @pytest.mark.parametrize(

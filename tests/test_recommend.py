@@ -340,7 +340,9 @@ def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
         generation_eos=[ENDOFTEXT],
     )
     rows = prompts.load_rows(countdown_data_path, limit=2)
-    summary = pipeline.run_analyse(run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8))
+    summary = pipeline.evaluate(
+        "analyse", run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8)
+    )
     assert summary.recommendations is not None
     last = summary.recommendations.checks[-1]
     assert last.name == "responses end" and "4 of those emitted <|im_end|> (id 2)" in last.message

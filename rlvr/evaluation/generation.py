@@ -115,7 +115,7 @@ class HFBackend:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(source)
         self.tokenizer.padding_side = "left"
-        weights = str(source.base if source.kind == "lora" else source.path)
+        weights = source.weights_path
         # On a CPU: grouped-query attention without a per-head copy of the KV cache each step
         # (rlvr/models/attention.py); transformers picks its own default elsewhere.
         attention = {"attn_implementation": register_grouped_sdpa()} if device == "cpu" else {}
@@ -254,7 +254,7 @@ class VLLMBackend:
             rank = json.loads((Path(source.path) / "adapter_config.json").read_text()).get("r", 64)
             self.lora_request = LoRARequest("eval_adapter", 1, source.path)
         self.llm = LLM(
-            model=str(source.base if lora else source.path),
+            model=source.weights_path,
             tokenizer=source.tokenizer_path,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,

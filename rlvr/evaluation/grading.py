@@ -46,6 +46,7 @@ class EvalRun:
     training: RunSettings | None = None  # what analyse's suggestions are compared with
     generation_eos: list[int] | None = None  # generation_config.json's eos ids; None: no file
     generation_seconds: float = 0.0  # sample_and_grade's wall time: the summary's "timing"
+    rendered: list[list[int]] = field(default_factory=list)  # sample_and_grade's prompt ids
 
     def sample_and_grade(
         self, rows: Sequence[Row], sampling: SamplingSettings, folder: Path
@@ -55,10 +56,14 @@ class EvalRun:
         (generating, grading, writing) is kept in ``generation_seconds``."""
         from tqdm import tqdm
 
-        require_chat_template(tokenizer_of(self.backend), self.template_kwargs)
+        tokenizer = tokenizer_of(self.backend)
+        require_chat_template(tokenizer, self.template_kwargs)
         grader = Grader(self.task.load_reward(), self.task.load_answer_key())
         graded: list[list[GradedSample]] = []
         started = time.perf_counter()
+        self.rendered = [
+            render_prompt(tokenizer, r["prompt"], **self.template_kwargs) for r in rows
+        ]
         with (
             open(folder / "samples.jsonl", "x") as samples_file,
             tqdm(
@@ -70,22 +75,26 @@ class EvalRun:
             ) as bar,
         ):
             for start in range(0, len(rows), self.prompts_per_chunk):
-                chunk = rows[start : start + self.prompts_per_chunk]
+                end = start + self.prompts_per_chunk
                 chunk_sampling = replace(sampling, seed=sampling.seed + start)
-                groups = self._grade_chunk(grader, chunk, chunk_sampling)
+                groups = self._grade_chunk(
+                    grader, rows[start:end], self.rendered[start:end], chunk_sampling
+                )
                 for sample in (s for group in groups for s in group):
                     samples_file.write(json.dumps(sample.to_json()) + "\n")
                 samples_file.flush()
                 graded += groups
-                bar.update(len(chunk))
+                bar.update(len(groups))
         self.generation_seconds = time.perf_counter() - started
         return graded
 
     def _grade_chunk(
-        self, grader: Grader, chunk: Sequence[Row], sampling: SamplingSettings
+        self,
+        grader: Grader,
+        chunk: Sequence[Row],
+        prompts: list[list[int]],
+        sampling: SamplingSettings,
     ) -> list[list[GradedSample]]:
-        tokenizer = tokenizer_of(self.backend)
-        prompts = [render_prompt(tokenizer, row["prompt"], **self.template_kwargs) for row in chunk]
         generations = self.backend.generate(prompts, sampling)
         return [
             [self._grade(grader, row, len(ids), k, g) for k, g in enumerate(group)]
@@ -128,8 +137,7 @@ class EvalRun:
         )
 
     def header(self, command: str, sampling: SamplingSettings, rows: Sequence[Row]) -> RunHeader:
-        tokenizer = tokenizer_of(self.backend)  # rendered again: cheap beside generation
-        rendered = [render_prompt(tokenizer, r["prompt"], **self.template_kwargs) for r in rows]
+        """The run's settings and fingerprints, of the prompts as ``sample_and_grade`` sent them."""
         return RunHeader(
             command=command,
             task=self.task.name,
@@ -140,5 +148,5 @@ class EvalRun:
             sampling={key: jsonable(value) for key, value in asdict(sampling).items()},
             reward_kwargs=dict(self.reward_kwargs),
             template_kwargs=dict(self.template_kwargs),
-            **fingerprints(rows, rendered),
+            **fingerprints(rows, self.rendered),
         )

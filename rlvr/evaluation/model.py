@@ -29,14 +29,18 @@ class ModelSource:
     tokenizer: str | None = None  # where the tokenizer is, when not next to the weights
 
     @property
+    def weights_path(self) -> str:  # a LoRA adapter's base, else the model itself
+        return self.base if self.kind == "lora" and self.base else self.path
+
+    @property
     def tokenizer_path(self) -> str:
+        """Where it was given; else the adapter's own, if saved; else beside the weights."""
         if self.tokenizer is not None:
             return self.tokenizer
-        has_tokenizer = self.kind == "lora" and any(
-            (Path(self.path) / name).exists()
-            for name in ("tokenizer.json", "tokenizer_config.json")
+        saved = any(
+            (Path(self.path) / n).exists() for n in ("tokenizer.json", "tokenizer_config.json")
         )
-        return self.path if self.kind != "lora" or has_tokenizer else str(self.base)
+        return self.path if saved else self.weights_path
 
 
 def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource:
@@ -130,16 +134,13 @@ def _adapter_as_base(label: str, name: str, found: Path, adapter: Path) -> str:
 def check_context(source: ModelSource, max_tokens: int) -> None:
     """``--max_tokens`` within a local model's context (``max_position_embeddings``): beyond it
     HF generates garbage and vLLM refuses, both only after the model has loaded."""
-    folder = Path(source.base if source.kind == "lora" and source.base else source.path)
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return  # a hub id, or a config the loader will judge
+    config_file = Path(source.weights_path) / "config.json"
+    config, _ = read_json(config_file)  # None: a hub id, or a config the loader will judge
     context = config.get("max_position_embeddings") if isinstance(config, dict) else None
     if isinstance(context, int) and max_tokens >= context:
         raise EvalError(
             f"--max_tokens {max_tokens}: the model's context is {context} tokens "
-            f"(max_position_embeddings in {folder / 'config.json'}), prompt included; "
+            f"(max_position_embeddings in {config_file}), prompt included; "
             "lower --max_tokens"
         )
 

@@ -17,30 +17,27 @@ from rlvr.evaluation.run_folder import (
     default_output_dir,
     refuse_existing,
     staged_run_dir,
-    summary_markdown,
     write_summary,
 )
 from rlvr.evaluation.settings import SamplingSettings
 
 
 def run_model_command(task_name: str, args: argparse.Namespace) -> int:
-    """One model eval, each stage once and in order: every input checked, cheapest first,
-    before the model loads (docs/ERRORS.md lists what each command refuses)."""
+    """One model eval, its stages in order: settings, model, the output folders, prompts, every
+    input checked before the model loads (docs/ERRORS.md lists what each command refuses)."""
     from rlvr import tasks
 
     task = tasks.get(task_name)
+    found, sampling, ks = settings.command_settings(task, args)
     if args.model_path is None:
         raise EvalError(f"{args.command} needs --model_path (a model folder or a hub id)")
     source = model.resolve_model(args.model_path, args.base_model)  # before data or torch
     output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
     refuse_existing(output_dir, args.force, run=True)
     greedy_dir = greedy_output(args, output_dir)
-    found = settings.eval_settings(task, args.experiment, args.reward_kwargs, args.template_kwargs)
     data_path = args.data or str(task.eval_data)
     rows = prompts.load_rows(data_path, args.limit, task)
-    sampling = settings.sampling_settings(args, found)
-    ks = settings.checked_ks(args.command, getattr(args, "k", None), sampling)
-    model.check_context(source, sampling.max_tokens)
+    model.check_context(source, sampling.max_tokens)  # the last check: the data's are first
     backend = generation.make_backend(args.backend, source, batch_size=args.batch_size)
     run = EvalRun(
         task=task,
@@ -54,18 +51,15 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
         progress=not args.quiet,
         force=args.force,
         training=found,
-        generation_eos=model.generation_config_eos(
-            source.base if source.kind == "lora" and source.base else source.path
-        ),
+        generation_eos=model.generation_config_eos(source.weights_path),
     )
     summary = evaluate(args.command, run, rows, sampling, ks)
     if greedy_dir is not None:  # reward, exactly as it runs alone, on what is loaded
-        greedy = SamplingSettings(max_tokens=sampling.max_tokens, seed=sampling.seed)
-        chunk = prompts_per_chunk(backend.name, args.batch_size, greedy.n)
+        chunk = prompts_per_chunk(backend.name, args.batch_size, 1)
         evaluate(
-            "reward", replace(run, output_dir=greedy_dir, prompts_per_chunk=chunk), rows, greedy
+            "reward", replace(run, output_dir=greedy_dir, prompts_per_chunk=chunk), rows, sampling
         )
-    print(summary_markdown(summary), end="")
+    print((output_dir / "summary.md").read_text(), end="")
     print(f"\nrun directory: {output_dir}")
     if greedy_dir is not None:
         print(f"greedy run directory: {greedy_dir}")
@@ -84,8 +78,15 @@ def evaluate(
     sampling: SamplingSettings,
     ks: Sequence[int] = (),
 ) -> Summary:
-    """Generation and grading, the command's statistics, and the run folder written whole;
-    its sampling settings already checked (``settings.checked_ks``)."""
+    """One ``reward``, ``passk`` or ``analyse`` eval of what ``run`` has loaded: generation and
+    grading, the command's statistics, and the run folder written whole. ``reward`` decodes
+    greedily, one response per prompt, whatever ``sampling`` says of n and temperature. The
+    group, k values and reward kwargs are checked before any decoding (the CLI has checked
+    them before the model loaded)."""
+    if command == "reward":
+        sampling = settings.greedy(sampling)
+    settings.check_group(command, sampling.n, ks)
+    settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
     voting = command == "passk" and run.task.load_answer_key() is not None
     with staged_run_dir(run.output_dir, run.force) as folder:
         graded = run.sample_and_grade(rows, sampling, folder)
@@ -106,36 +107,6 @@ def evaluate(
             run.header(command, sampling, rows), found.metrics, found.verdict, {}, recommended
         )
         return write_summary(folder, summary.timed(run.generation_seconds, graded))
-
-
-def run_reward(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
-    """Greedy decoding, one response per prompt."""
-    _check_library_call("reward", run, sampling)
-    return evaluate("reward", run, rows, replace(sampling, n=1, temperature=0.0))
-
-
-def run_passk(
-    run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings, ks: Sequence[int]
-) -> Summary:
-    """n samples per prompt; the unbiased pass@k for each k, and maj@k when the reward file
-    names each response's answer (``answer_key``)."""
-    _check_library_call("passk", run, sampling, ks)
-    return evaluate("passk", run, rows, sampling, ks)
-
-
-def run_analyse(run: EvalRun, rows: Sequence[Row], sampling: SamplingSettings) -> Summary:
-    """n samples per prompt at a training-like temperature: is there a GRPO signal here?"""
-    _check_library_call("analyse", run, sampling)
-    return evaluate("analyse", run, rows, sampling)
-
-
-def _check_library_call(
-    command: str, run: EvalRun, sampling: SamplingSettings, ks: Sequence[int] = ()
-) -> None:
-    """For callers of ``run_*`` (not the CLI, which checks them before the model loads): the
-    group size and k values, and the reward kwargs, before any decoding."""
-    settings.check_group(command, sampling.n, ks)
-    settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
 
 
 def greedy_output(args: argparse.Namespace, output_dir: Path) -> Path | None:

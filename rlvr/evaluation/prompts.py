@@ -22,29 +22,32 @@ Row = dict[str, Any]  # one data-prep Parquet row as pandas hands it back, plus 
 PARQUET_MAGIC = b"PAR1"
 
 
-def _parquet_frame(path: Path) -> Any:
-    """The file as a DataFrame; one-line errors for a folder, a non-Parquet or unreadable file."""
+def read_parquet(path: Path, label: str = "--data") -> Any:
+    """The file as a DataFrame; one-line errors, starting with ``label`` (where the path came
+    from), for a folder, a missing, non-Parquet or unreadable file."""
     import pandas as pd
 
     if path.is_dir():
-        raise EvalError(f"--data {path}: is a folder; pass a .parquet file written by data prep")
+        raise EvalError(f"{label} {path}: is a folder; pass a .parquet file written by data prep")
     if not path.exists():
-        raise EvalError(f"--data {path}: no such file (create it with the task's data prep script)")
+        raise EvalError(
+            f"{label} {path}: no such file (create it with the task's data prep script)"
+        )
     if not path.is_file():  # a FIFO, socket or device: reading it could block or never end
         raise EvalError(
-            f"--data {path}: not a regular file; pass the .parquet written by data prep"
+            f"{label} {path}: not a regular file; pass the .parquet written by data prep"
         )
     with path.open("rb") as handle:
         magic = handle.read(4)
     if magic != PARQUET_MAGIC:
         raise EvalError(
-            f"--data {path}: not a Parquet file; pass the .parquet written by the task's data "
+            f"{label} {path}: not a Parquet file; pass the .parquet written by the task's data "
             "prep script"
         )
     try:
         return pd.read_parquet(path)
     except Exception as exc:
-        raise EvalError(f"--data {path}: not a readable Parquet file ({first_line(exc)})") from exc
+        raise EvalError(f"{label} {path}: not a readable Parquet file ({first_line(exc)})") from exc
 
 
 def load_rows(
@@ -53,7 +56,7 @@ def load_rows(
     """The first ``limit`` rows of a data-prep Parquet, checked for verl's columns and, given a
     task, for rows of that task (another task's rows would all score 0, silently)."""
     path = Path(data_path)
-    frame = _parquet_frame(path)
+    frame = read_parquet(path)
     missing = [c for c in DATA_COLUMNS if c not in frame.columns]
     if missing:
         raise EvalError(f"--data {path}: missing column(s) {missing}; expected verl's schema")

@@ -31,6 +31,7 @@ from rlvr.common.files import (
 from rlvr.common.paths import ROOT
 from rlvr.common.signals import signals_deferred
 from rlvr.evaluation import EvalError, metrics
+from rlvr.evaluation.prompts import read_parquet
 from rlvr.evaluation.records import (
     AnalyseRecord,
     GradedSample,
@@ -359,8 +360,6 @@ def filter_learnable(
     Returns (rows written, prompts analysed). The run's ground truths are checked against the
     data file so a regenerated data file cannot silently select the wrong rows.
     """
-    import pandas as pd
-
     output = Path(output)
     refuse_existing(output, force)
     records, summary = load_prompt_records(run_dir)
@@ -371,7 +370,7 @@ def filter_learnable(
             f"{entropy_min}: nothing to write"
         )
     data = summary.header.data
-    frame = pd.read_parquet(data)
+    frame = read_parquet(Path(data), f"{run_dir}: the analyse run's data")
     indices = sorted(r.prompt_index for r in chosen)
     by_index = {r.prompt_index: r for r in chosen}
     for index in indices:

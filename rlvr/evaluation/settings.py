@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rlvr.common.cli import OneLineParser, float_in, int_in
@@ -196,6 +196,20 @@ class SamplingSettings:
     max_tokens: int = 256
     seed: int = 0
     ignore_eos: bool = False  # decode exactly max_tokens (throughput benchmarks, like vLLM's)
+
+
+def command_settings(
+    task: TaskSpec, args: argparse.Namespace
+) -> tuple[RunSettings, SamplingSettings, list[int]]:
+    """A model command's settings: the experiment's, the flags on top, the k values; all checked."""
+    found = eval_settings(task, args.experiment, args.reward_kwargs, args.template_kwargs)
+    sampling = sampling_settings(args, found)
+    return found, sampling, checked_ks(args.command, getattr(args, "k", None), sampling)
+
+
+def greedy(sampling: SamplingSettings) -> SamplingSettings:
+    """How ``reward`` decodes: one greedy response per prompt, at ``sampling``'s length and seed."""
+    return replace(sampling, n=1, temperature=0.0, top_p=1.0)
 
 
 def sampling_settings(args: argparse.Namespace, settings: RunSettings) -> SamplingSettings:
