@@ -1,0 +1,172 @@
+"""The model math of one CPU GRPO step, timed alone: the floor under ``timing_s/ref`` and
+``timing_s/update_actor``.
+
+Usage: uv run --no-sync python benchmarks/cpu_model_math.py [--model DIR] [--prompts 4]
+           [--prompt_tokens 100] [--shared_tokens 28] [--n 16] [--response_tokens 14]
+           [--micro_batches 2] [--repeats 3]
+
+The CPU step's log-prob passes run each micro batch as one packed forward
+(``rlvr/cpu/packing.py``): the prefix its prompts share once, each prompt's rest once, each
+response once, logits only from the first last-prompt position on. This builds the step's micro
+batches in verl's layout (prompts left-padded to 256 columns, responses right-padded to 24) and
+times that same packed forward outside verl, FSDP and Ray: the reference pass (forward), the
+actor update's forward and backward, and its AdamW step, each the median of ``--repeats``,
+beside this machine's fp32 matmul rate. The defaults are the quickstart's step (4 prompts of
+~100 tokens sharing a 28-token chat-template prefix, 16 responses of ~14 tokens, 2 micro batches
+of ``ppo_max_token_len_per_gpu=4096``); set them from your own run's ``prompt_length`` and
+``response_length``. What a measured step spends above these floors is not model math.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_DIR = ROOT / "artifacts/models/smollm2-135m-instruct"
+PROMPT_WIDTH, RESPONSE_WIDTH = 256, 24  # the quickstart's max_prompt/response_length
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default=str(MODEL_DIR), help="model folder (default: %(default)s)"
+    )
+    parser.add_argument("--prompts", type=int, default=4, help="distinct prompts a step")
+    parser.add_argument("--prompt_tokens", type=int, default=100, help="tokens per prompt")
+    parser.add_argument("--shared_tokens", type=int, default=28, help="prefix all prompts share")
+    parser.add_argument("--n", type=int, default=16, help="responses per prompt")
+    parser.add_argument("--response_tokens", type=int, default=14, help="tokens per response")
+    parser.add_argument("--micro_batches", type=int, default=2, help="prompts split evenly")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median)")
+    args = parser.parse_args(argv)
+    for name in ("prompts", "prompt_tokens", "n", "response_tokens", "micro_batches", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if not 0 <= args.shared_tokens < args.prompt_tokens:
+        parser.error("--shared_tokens must be from 0 to --prompt_tokens - 1")
+    if args.prompt_tokens > PROMPT_WIDTH or args.response_tokens > RESPONSE_WIDTH:
+        parser.error(f"prompts fit {PROMPT_WIDTH} tokens and responses {RESPONSE_WIDTH}")
+    if args.prompts % args.micro_batches:
+        parser.error("--micro_batches must divide --prompts (a micro batch holds whole groups)")
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: no config.json (scripts/build_model.py smollm2)")
+    return args
+
+
+def median_seconds(work: Callable[[], object], repeats: int) -> float:
+    work()  # warm-up: first-call allocations and kernel choices
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def micro_batch(args: argparse.Namespace, groups: int, vocab: int) -> dict[str, torch.Tensor]:
+    """``groups`` prompts x ``--n`` responses in verl's layout: random token ids, the prompts'
+    first ``--shared_tokens`` alike, left-padded prompts, right-padded responses."""
+    rows, width = groups * args.n, PROMPT_WIDTH + RESPONSE_WIDTH
+    ids = torch.randint(3, vocab, (rows, width))
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    shared = torch.randint(3, vocab, (args.shared_tokens,))
+    start, end = PROMPT_WIDTH - args.prompt_tokens, PROMPT_WIDTH + args.response_tokens
+    for group in range(groups):
+        prompt = torch.randint(3, vocab, (args.prompt_tokens,))
+        prompt[: args.shared_tokens] = shared
+        ids[group * args.n : (group + 1) * args.n, start:PROMPT_WIDTH] = prompt
+    mask[:, start:end] = 1
+    ids[mask == 0] = 0
+    positions = (mask[:, :PROMPT_WIDTH].cumsum(-1) - 1).clamp(min=0)
+    positions = torch.cat([positions, positions[:, -1:] + torch.arange(1, RESPONSE_WIDTH + 1)], 1)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+            "responses": ids[:, PROMPT_WIDTH:]}  # fmt: skip
+
+
+def step_figures(model: Any, args: argparse.Namespace) -> tuple[int, list[tuple[str, float, int]]]:
+    """(packed tokens, [(what, median seconds, flops)]) for the matmul and each piece of the
+    step's model math, summed over its micro batches."""
+    from rlvr.cpu.packing import _Layout, response_log_probs
+
+    groups = args.prompts // args.micro_batches
+    batches = [
+        micro_batch(args, groups, model.config.vocab_size) for _ in range(args.micro_batches)
+    ]
+    layouts = [_Layout.of(batch) for batch in batches]
+    params = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    tokens = sum(layout.input_ids.numel() for layout in layouts if layout is not None)
+    kept = sum(layout.input_ids.size(0) * layout.keep for layout in layouts if layout is not None)
+    # 2 flops per weight and token; the output layer only where logits are kept.
+    forward_flops = 2 * (params - embedding) * tokens + 2 * embedding * kept
+
+    def forward() -> None:
+        with torch.no_grad():
+            for batch in batches:
+                response_log_probs(model, batch, 1.0, calculate_entropy=False)
+
+    def forward_backward() -> None:
+        for batch in batches:
+            found = response_log_probs(model, batch, 1.0, calculate_entropy=False)
+            assert found is not None
+            found[1].sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    size = 2048
+    left, right = torch.randn(size, size), torch.randn(size, size)
+    backward = median_seconds(forward_backward, args.repeats)
+    figures = [
+        ("fp32 matmul 2048^3", median_seconds(lambda: left @ right, args.repeats), 2 * size**3),
+        ("forward (ref pass)", median_seconds(forward, args.repeats), forward_flops),
+        ("forward+backward (update)", backward, 3 * forward_flops),
+    ]
+    for weight in model.parameters():
+        weight.grad = torch.zeros_like(weight)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-9)  # verl's optimizer, fp32 here
+    figures.append(("AdamW step (update)", median_seconds(optimizer.step, args.repeats), 0))
+    return tokens, figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers import AutoModelForCausalLM
+
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=torch.float32, attn_implementation="sdpa"
+    )  # the CPU rehearsal's attention (configs/rehearsal/cpu.yaml)
+    tokens, figures = step_figures(model, args)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"cpu: {cpu_name()}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}")
+    print(f"threads: {torch.get_num_threads()}; model: {args.model} ({params / 1e6:.1f}M params)")
+    shape = f"{args.prompts} prompts x {args.n} in {args.micro_batches} packed micro batches"
+    print(f"step: {shape} ({tokens} tokens)\n")
+    print(f"{'what':<28}{'seconds':>10}{'GFLOP/s':>10}")
+    for name, seconds, flops in figures:
+        rate = f"{flops / seconds / 1e9:.0f}" if flops else "-"
+        print(f"{name:<28}{seconds:>10.2f}{rate:>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""benchmarks/cpu_model_math.py in-process on the tiny model: the step's shape is what it times
+(packed as rlvr/cpu/packing.py packs it; the flops follow the packed tokens), every figure is
+printed, and bad shapes are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from script_loading import load_file_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark() -> ModuleType:
+    return load_file_module("cpu_model_math", ROOT / "benchmarks" / "cpu_model_math.py")
+
+
+@pytest.mark.parametrize(
+    "micro_batches,tokens",
+    [
+        ("2", 2 * (5 + 3 * 4)),  # a prompt per micro batch: it once, then its 3 responses
+        ("1", 2 + 2 * 3 + 2 * 3 * 4),  # both behind their 2 shared tokens: one row
+    ],
+)
+def test_prints_every_figure_of_the_packed_step(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str], micro_batches: str, tokens: int
+) -> None:
+    shape = ["--prompts", "2", "--prompt_tokens", "5", "--n", "3", "--response_tokens", "4"]
+    argv = ["--model", str(tiny_model_dir), *shape, "--shared_tokens", "2", "--repeats", "1"]
+    assert load_benchmark().main([*argv, "--micro_batches", micro_batches]) == 0
+    printed = capsys.readouterr().out
+    batches = f"in {micro_batches} packed micro batches"
+    assert f"step: 2 prompts x 3 {batches} ({tokens} tokens)" in printed
+    rows = {line[:28].strip(): line[28:].split() for line in printed.splitlines()[5:]}
+    passes = ["forward (ref pass)", "forward+backward (update)", "AdamW step (update)"]
+    assert list(rows) == ["fp32 matmul 2048^3", *passes]
+    assert all(float(seconds) >= 0 for seconds, _ in rows.values())  # the tiny model: ~0.00
+    assert float(rows["fp32 matmul 2048^3"][0]) > 0
+    assert rows["AdamW step (update)"][1] == "-" and float(rows["forward (ref pass)"][1]) > 0
+
+
+def test_flops_count_the_packed_tokens_and_the_kept_logits(tiny_model_dir: Path) -> None:
+    """The forward's flops: 2 per non-embedding weight and token, the output layer only where
+    logits are kept (the last prompt position and each response token)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    bench = load_benchmark()
+    argv = ["--model", str(tiny_model_dir), "--n", "2", "--micro_batches", "4", "--repeats", "1"]
+    args = bench.parse_args(argv)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    tokens, found = bench.step_figures(model, args)
+    figures = {name: flops for name, _, flops in found}
+    params = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    assert tokens == 4 * (100 + 2 * 14)  # 4 micro batches: a prompt once, its 2 responses
+    kept = 4 * (2 * 14 + 1)  # the last prompt position, then every response token
+    expected = 2 * (params - embedding) * tokens + 2 * embedding * kept
+    assert figures["forward (ref pass)"] == expected
+    assert figures["forward+backward (update)"] == 3 * expected
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--n", "0"], "--n must be at least 1"),
+        (["--shared_tokens", "100"], "--shared_tokens must be from 0"),
+        (["--prompts", "3"], "--micro_batches must divide --prompts"),
+        (["--model", "/nonexistent"], "no config.json"),
+    ],
+)
+def test_bad_input_is_one_line(argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        load_benchmark().parse_args(argv)
+    assert exited.value.code == 2 and message in capsys.readouterr().err
