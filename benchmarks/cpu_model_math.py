@@ -3,7 +3,7 @@
 
 Usage: uv run --no-sync python benchmarks/cpu_model_math.py [--model DIR] [--prompts 4]
            [--prompt_tokens 100] [--shared_tokens 28] [--n 16] [--response_tokens 14]
-           [--micro_batches 2] [--repeats 3]
+           [--micro_batches 2] [--fsdp2] [--repeats 3]
 
 The CPU step's log-prob passes run each micro batch as one packed forward
 (``rlvr/cpu/packing.py``): the prefix its prompts share once, each prompt's rest once, each
@@ -15,6 +15,9 @@ beside this machine's fp32 matmul rate. The defaults are the quickstart's step (
 ~100 tokens sharing a 28-token chat-template prefix, 16 responses of ~14 tokens, 2 micro batches
 of ``ppo_max_token_len_per_gpu=4096``); set them from your own run's ``prompt_length`` and
 ``response_length``. What a measured step spends above these floors is not model math.
+``--fsdp2`` times the same again with the model wrapped as verl wraps it on one CPU rank, in a
+second column: the cost of FSDP2's gathers and gradient reductions where there is nothing to
+gather or reduce.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=16, help="responses per prompt")
     parser.add_argument("--response_tokens", type=int, default=14, help="tokens per response")
     parser.add_argument("--micro_batches", type=int, default=2, help="prompts split evenly")
+    parser.add_argument(
+        "--fsdp2",
+        action="store_true",
+        help="also time the model wrapped as verl wraps it on one CPU rank (FSDP2, gloo)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median)")
     args = parser.parse_args(argv)
     for name in ("prompts", "prompt_tokens", "n", "response_tokens", "micro_batches", "repeats"):
@@ -143,8 +151,31 @@ def step_figures(model: Any, args: argparse.Namespace) -> tuple[int, list[tuple[
     for weight in model.parameters():
         weight.grad = torch.zeros_like(weight)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-9)  # verl's optimizer, fp32 here
-    figures.append(("AdamW step (update)", median_seconds(optimizer.step, args.repeats), 0))
+
+    def optimizer_step() -> None:  # verl clips the gradient norm first
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    figures.append(("clip + AdamW step (update)", median_seconds(optimizer_step, args.repeats), 0))
     return tokens, figures
+
+
+def wrap_as_verl(model: Any) -> None:
+    """FSDP2 on a one-rank gloo group, as verl 0.6.1's ``apply_fsdp2`` wraps a model with tied
+    embeddings (each decoder layer, then the root) under configs/hardware/cpu.yaml
+    (``reshard_after_forward: false``, fp32)."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    with socket.socket() as probe:  # a free port for the one-rank group
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    for layer in model.model.layers:
+        fully_shard(layer, reshard_after_forward=False)
+    fully_shard(model, reshard_after_forward=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,16 +186,29 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(
         args.model, dtype=torch.float32, attn_implementation="sdpa"
     )  # the CPU rehearsal's attention (configs/rehearsal/cpu.yaml)
-    tokens, figures = step_figures(model, args)
     params = sum(p.numel() for p in model.parameters())
+    tokens, figures = step_figures(model, args)
+    columns = [figures]
+    if args.fsdp2:
+        wrap_as_verl(model)
+        try:
+            columns.append(step_figures(model, args)[1])
+        finally:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     print(f"cpu: {cpu_name()}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}")
     print(f"threads: {torch.get_num_threads()}; model: {args.model} ({params / 1e6:.1f}M params)")
     shape = f"{args.prompts} prompts x {args.n} in {args.micro_batches} packed micro batches"
     print(f"step: {shape} ({tokens} tokens)\n")
-    print(f"{'what':<28}{'seconds':>10}{'GFLOP/s':>10}")
-    for name, seconds, flops in figures:
-        rate = f"{flops / seconds / 1e9:.0f}" if flops else "-"
-        print(f"{name:<28}{seconds:>10.2f}{rate:>10}")
+    heads = ["seconds", "GFLOP/s"] + (["FSDP2 s", "GFLOP/s"] if args.fsdp2 else [])
+    print(f"{'what':<28}" + "".join(f"{head:>10}" for head in heads))
+    for index, (name, _, flops) in enumerate(figures):
+        cells = []
+        for column in columns:
+            seconds = column[index][1]
+            cells += [f"{seconds:.2f}", f"{flops / seconds / 1e9:.0f}" if flops else "-"]
+        print(f"{name:<28}" + "".join(f"{cell:>10}" for cell in cells))
     return 0
 
 

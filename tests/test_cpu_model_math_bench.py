@@ -34,11 +34,42 @@ def test_prints_every_figure_of_the_packed_step(
     batches = f"in {micro_batches} packed micro batches"
     assert f"step: 2 prompts x 3 {batches} ({tokens} tokens)" in printed
     rows = {line[:28].strip(): line[28:].split() for line in printed.splitlines()[5:]}
-    passes = ["forward (ref pass)", "forward+backward (update)", "AdamW step (update)"]
+    passes = ["forward (ref pass)", "forward+backward (update)", "clip + AdamW step (update)"]
     assert list(rows) == ["fp32 matmul 2048^3", *passes]
     assert all(float(seconds) >= 0 for seconds, _ in rows.values())  # the tiny model: ~0.00
     assert float(rows["fp32 matmul 2048^3"][0]) > 0
-    assert rows["AdamW step (update)"][1] == "-" and float(rows["forward (ref pass)"][1]) > 0
+    assert rows["clip + AdamW step (update)"][1] == "-" and float(rows["forward (ref pass)"][1]) > 0
+
+
+def test_fsdp2_adds_a_column_and_leaves_no_process_group(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch.distributed as dist
+
+    argv = ["--model", str(tiny_model_dir), "--prompt_tokens", "5", "--shared_tokens", "2"]
+    assert load_benchmark().main([*argv, "--n", "2", "--response_tokens", "3", "--fsdp2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[4].split() == ["what", "seconds", "GFLOP/s", "FSDP2", "s", "GFLOP/s"]
+    update = lines[7][28:].split()
+    assert lines[7].startswith("forward+backward (update)") and len(update) == 4
+    assert not dist.is_initialized()
+
+
+def test_wrap_as_verl_shards_each_layer_and_the_root(tiny_model_dir: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    assert not isinstance(model, FSDPModule)  # negative control
+    load_benchmark().wrap_as_verl(model)
+    try:
+        assert isinstance(model, FSDPModule)
+        assert all(isinstance(layer, FSDPModule) for layer in model.model.layers)
+        assert not isinstance(model.model.embed_tokens, FSDPModule)  # tied: the root's
+    finally:
+        dist.destroy_process_group()
 
 
 def test_flops_count_the_packed_tokens_and_the_kept_logits(tiny_model_dir: Path) -> None:
