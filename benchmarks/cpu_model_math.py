@@ -11,20 +11,23 @@ response once, logits only from the first last-prompt position on. This builds t
 batches in verl's layout (prompts left-padded to 256 columns, responses right-padded to 24) and
 times that same packed forward outside verl, FSDP and Ray: the reference pass (forward), the
 actor update's forward and backward, and its AdamW step, each the median of ``--repeats``,
-beside this machine's fp32 matmul rate. The defaults are the quickstart's step (4 prompts of
-~100 tokens sharing a 28-token chat-template prefix, 16 responses of ~14 tokens, 2 micro batches
-of ``ppo_max_token_len_per_gpu=4096``); set them from your own run's ``prompt_length`` and
-``response_length``. What a measured step spends above these floors is not model math.
-``--fsdp2`` times the same again with the model wrapped as verl wraps it on one CPU rank, in a
-second column: the cost of FSDP2's gathers and gradient reductions where there is nothing to
-gather or reduce.
+beside this machine's fp32 matmul rate. The packing itself is timed too, as the step pays it,
+and the script runs under the malloc settings of verl's CPU workers. The defaults are the
+quickstart's step (4 prompts of ~100 tokens sharing a 28-token chat-template prefix, 16
+responses of ~14 tokens, 2 micro batches of ``ppo_max_token_len_per_gpu=4096``); set them from
+your own run's ``prompt_length`` and ``response_length``. What a measured step spends above
+these floors is not model math. ``--fsdp2`` times the same again with the model wrapped as verl
+wraps it on one CPU rank, in a second column: the cost of FSDP2's gathers and gradient
+reductions where there is nothing to gather or reduce.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +37,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / "artifacts/models/smollm2-135m-instruct"
-PROMPT_WIDTH, RESPONSE_WIDTH = 256, 24  # the quickstart's max_prompt/response_length
+PROMPT_WIDTH, RESPONSE_WIDTH = 256, 24  # the quickstart's max_prompt/response_length, at least
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,8 +65,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name} must be at least 1")
     if not 0 <= args.shared_tokens < args.prompt_tokens:
         parser.error("--shared_tokens must be from 0 to --prompt_tokens - 1")
-    if args.prompt_tokens > PROMPT_WIDTH or args.response_tokens > RESPONSE_WIDTH:
-        parser.error(f"prompts fit {PROMPT_WIDTH} tokens and responses {RESPONSE_WIDTH}")
     if args.prompts % args.micro_batches:
         parser.error("--micro_batches must divide --prompts (a micro batch holds whole groups)")
     if not (Path(args.model) / "config.json").is_file():
@@ -94,21 +95,37 @@ def cpu_name() -> str:
 def micro_batch(args: argparse.Namespace, groups: int, vocab: int) -> dict[str, torch.Tensor]:
     """``groups`` prompts x ``--n`` responses in verl's layout: random token ids, the prompts'
     first ``--shared_tokens`` alike, left-padded prompts, right-padded responses."""
-    rows, width = groups * args.n, PROMPT_WIDTH + RESPONSE_WIDTH
+    prompt_width = max(PROMPT_WIDTH, args.prompt_tokens)
+    response_width = max(RESPONSE_WIDTH, args.response_tokens)
+    rows, width = groups * args.n, prompt_width + response_width
     ids = torch.randint(3, vocab, (rows, width))
     mask = torch.zeros(rows, width, dtype=torch.long)
     shared = torch.randint(3, vocab, (args.shared_tokens,))
-    start, end = PROMPT_WIDTH - args.prompt_tokens, PROMPT_WIDTH + args.response_tokens
+    start, end = prompt_width - args.prompt_tokens, prompt_width + args.response_tokens
     for group in range(groups):
         prompt = torch.randint(3, vocab, (args.prompt_tokens,))
         prompt[: args.shared_tokens] = shared
-        ids[group * args.n : (group + 1) * args.n, start:PROMPT_WIDTH] = prompt
+        ids[group * args.n : (group + 1) * args.n, start:prompt_width] = prompt
     mask[:, start:end] = 1
     ids[mask == 0] = 0
-    positions = (mask[:, :PROMPT_WIDTH].cumsum(-1) - 1).clamp(min=0)
-    positions = torch.cat([positions, positions[:, -1:] + torch.arange(1, RESPONSE_WIDTH + 1)], 1)
+    positions = (mask[:, :prompt_width].cumsum(-1) - 1).clamp(min=0)
+    positions = torch.cat([positions, positions[:, -1:] + torch.arange(1, response_width + 1)], 1)
     return {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
-            "responses": ids[:, PROMPT_WIDTH:]}  # fmt: skip
+            "responses": ids[:, prompt_width:]}  # fmt: skip
+
+
+def forward_flops_of(model: Any, shapes: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(weights, attention) flops of a packed forward over ``(rows, width, kept logits)``:
+    2 per weight and token, the output layer only at the kept positions; attention's scores and
+    sums dense over each row's width x width, as SDPA computes them under the packed mask."""
+    params = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    head = model.get_output_embeddings().weight.numel()
+    body = params - embedding - (0 if model.config.tie_word_embeddings else head)
+    weights = sum(2 * body * rows * width + 2 * head * rows * kept for rows, width, kept in shapes)
+    per_layer = 4 * model.config.hidden_size  # QK^T and AV, 2 flops a multiply-add
+    layers = model.config.num_hidden_layers
+    return weights, sum(per_layer * layers * rows * width**2 for rows, width, _ in shapes)
 
 
 def step_figures(model: Any, args: argparse.Namespace) -> tuple[int, list[tuple[str, float, int]]]:
@@ -121,12 +138,9 @@ def step_figures(model: Any, args: argparse.Namespace) -> tuple[int, list[tuple[
         micro_batch(args, groups, model.config.vocab_size) for _ in range(args.micro_batches)
     ]
     layouts = [_Layout.of(batch) for batch in batches]
-    params = sum(p.numel() for p in model.parameters())
-    embedding = model.get_input_embeddings().weight.numel()
-    tokens = sum(layout.input_ids.numel() for layout in layouts if layout is not None)
-    kept = sum(layout.input_ids.size(0) * layout.keep for layout in layouts if layout is not None)
-    # 2 flops per weight and token; the output layer only where logits are kept.
-    forward_flops = 2 * (params - embedding) * tokens + 2 * embedding * kept
+    shapes = [(*layout.input_ids.shape, layout.keep) for layout in layouts if layout]
+    tokens = sum(rows * width for rows, width, _ in shapes)
+    forward_flops = sum(forward_flops_of(model, shapes))
 
     def forward() -> None:
         with torch.no_grad():
@@ -173,9 +187,13 @@ def wrap_as_verl(model: Any) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    for layer in model.model.layers:
-        fully_shard(layer, reshard_after_forward=False)
-    fully_shard(model, reshard_after_forward=False)
+    try:
+        for layer in model.model.layers:
+            fully_shard(layer, reshard_after_forward=False)
+        fully_shard(model, reshard_after_forward=False)
+    except BaseException:
+        dist.destroy_process_group()
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     tokens, figures = step_figures(model, args)
     columns = [figures]
     if args.fsdp2:
-        wrap_as_verl(model)
+        import torch.distributed as dist
+
+        wrap_as_verl(model)  # destroys its process group itself if wrapping fails
         try:
             columns.append(step_figures(model, args)[1])
         finally:
-            import torch.distributed as dist
-
             dist.destroy_process_group()
     print(f"cpu: {cpu_name()}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}")
     print(f"threads: {torch.get_num_threads()}; model: {args.model} ({params / 1e6:.1f}M params)")
@@ -212,5 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def with_workers_malloc() -> None:
+    """Run this script again under the malloc settings verl's CPU workers get
+    (configs/hardware/cpu.yaml's ``GLIBC_TUNABLES``; glibc reads them only at start), so the
+    floors pay for memory as the step does."""
+    from omegaconf import OmegaConf
+
+    hardware = OmegaConf.load(ROOT / "configs/hardware/cpu.yaml")
+    value = str(hardware.ray_kwargs.ray_init.runtime_env.env_vars.GLIBC_TUNABLES)
+    if os.environ.get("GLIBC_TUNABLES") != value:
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": value}
+        )
+
+
 if __name__ == "__main__":
+    with_workers_malloc()
     raise SystemExit(main())
