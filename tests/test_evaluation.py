@@ -1127,3 +1127,18 @@ def test_compare_output_beside_the_runs_is_written(bad_inputs: dict[str, str], c
         ["compare", f"{ws}/runA", f"{ws}/runB/summary.json", "--output", str(table)], capsys
     )
     assert code == 0 and table.read_text().startswith("|"), err
+
+
+def test_evaluate_refuses_an_unknown_command_and_defaults_passks_k(
+    tmp_path: Path, countdown_data: Path, tiny_tokenizer
+) -> None:
+    """The library entry point: an unknown command is refused before decoding (it would run as
+    reward under its own name); passk without k values takes the CLI's default ks for n."""
+    run = _scripted_run(tmp_path / "run", countdown_data, tiny_tokenizer)
+    with pytest.raises(EvalError, match="'passkk' is not reward, passk or analyse"):
+        pipeline.evaluate("passkk", run, load_rows(countdown_data), SAMPLED)
+    assert run.backend.calls == 0 and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="sample_and_grade"):
+        run.header("passk", SAMPLED, load_rows(countdown_data))  # nothing rendered yet
+    summary = pipeline.evaluate("passk", run, load_rows(countdown_data), SAMPLED)
+    assert [k for k in summary.metrics if k.startswith("pass@")] == ["pass@1", "pass@4"]

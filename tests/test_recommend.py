@@ -308,7 +308,7 @@ def test_analyse_prints_and_records_its_recommendations(
     assert "## Checks before a run" in (tmp_path / "run/summary.md").read_text()
 
 
-def test_run_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
+def test_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
     tmp_path: Path, countdown_data_path: Path, tokenizer
 ) -> None:
     """A base-like model: its sampler stops on <|endoftext|> only, so responses that emit

@@ -46,7 +46,8 @@ class EvalRun:
     training: RunSettings | None = None  # what analyse's suggestions are compared with
     generation_eos: list[int] | None = None  # generation_config.json's eos ids; None: no file
     generation_seconds: float = 0.0  # sample_and_grade's wall time: the summary's "timing"
-    rendered: list[list[int]] = field(default_factory=list)  # sample_and_grade's prompt ids
+    # The prompt ids sample_and_grade sent, for the header's fingerprint; each run renders its own.
+    rendered: list[list[int]] = field(default_factory=list, init=False, repr=False)
 
     def sample_and_grade(
         self, rows: Sequence[Row], sampling: SamplingSettings, folder: Path
@@ -138,6 +139,8 @@ class EvalRun:
 
     def header(self, command: str, sampling: SamplingSettings, rows: Sequence[Row]) -> RunHeader:
         """The run's settings and fingerprints, of the prompts as ``sample_and_grade`` sent them."""
+        if len(self.rendered) != len(rows):
+            raise ValueError("EvalRun.header: call sample_and_grade on these rows first")
         return RunHeader(
             command=command,
             task=self.task.name,

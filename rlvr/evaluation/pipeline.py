@@ -37,7 +37,7 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     greedy_dir = greedy_output(args, output_dir)
     data_path = args.data or str(task.eval_data)
     rows = prompts.load_rows(data_path, args.limit, task)
-    model.check_context(source, sampling.max_tokens)  # the last check: the data's are first
+    model.check_context(source, sampling.max_tokens)  # after --data's checks: theirs win
     backend = generation.make_backend(args.backend, source, batch_size=args.batch_size)
     run = EvalRun(
         task=task,
@@ -81,10 +81,13 @@ def evaluate(
     """One ``reward``, ``passk`` or ``analyse`` eval of what ``run`` has loaded: generation and
     grading, the command's statistics, and the run folder written whole. ``reward`` decodes
     greedily, one response per prompt, whatever ``sampling`` says of n and temperature. The
-    group, k values and reward kwargs are checked before any decoding (the CLI has checked
-    them before the model loaded)."""
+    group, k values (passk's default: ``settings.default_ks``) and reward kwargs are checked
+    before any decoding (the CLI has checked them before the model loaded)."""
+    if command not in ("reward", "passk", "analyse"):
+        raise EvalError(f"evaluate: {command!r} is not reward, passk or analyse")
     if command == "reward":
         sampling = settings.greedy(sampling)
+    ks = (list(ks) or settings.default_ks(sampling.n)) if command == "passk" else []
     settings.check_group(command, sampling.n, ks)
     settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
     voting = command == "passk" and run.task.load_answer_key() is not None
