@@ -3,7 +3,7 @@
 
 Usage: uv run --no-sync python benchmarks/cpu_model_math.py [--model DIR] [--prompts 4]
            [--prompt_tokens 100] [--shared_tokens 28] [--n 16] [--response_tokens 14]
-           [--micro_batches 2] [--fsdp2] [--repeats 3]
+           [--micro_batches 1] [--fsdp2] [--repeats 3]
 
 The CPU step's log-prob passes run each micro batch as one packed forward
 (``rlvr/cpu/packing.py``): the prefix its prompts share once, each prompt's rest once, each
@@ -14,22 +14,23 @@ actor update's forward and backward, and its AdamW step, each the median of ``--
 beside this machine's fp32 matmul rate. The packing itself is timed too, as the step pays it,
 and the script runs under the malloc settings of verl's CPU workers. The defaults are the
 quickstart's step (4 prompts of ~100 tokens sharing a 28-token chat-template prefix, 16
-responses of ~14 tokens, 2 micro batches of ``ppo_max_token_len_per_gpu=4096``); set them from
-your own run's ``prompt_length`` and ``response_length``. What a measured step spends above
-these floors is not model math. ``--fsdp2`` times the same again with the model wrapped as verl
-wraps it on one CPU rank, in a second column: the cost of FSDP2's gathers and gradient
-reductions where there is nothing to gather or reduce.
+responses of ~14 tokens, one micro batch under configs/hardware/cpu.yaml's token budget); set
+them from your own run's ``prompt_length`` and ``response_length``. What a measured step spends
+above these floors is not model math. ``--fsdp2`` times the same again with the model wrapped as
+verl wraps it on one CPU rank, under the one-rank collectives the workers install
+(``rlvr/cpu/collectives.py``), in a second column: what FSDP2 itself adds to the step's math.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shared_tokens", type=int, default=28, help="prefix all prompts share")
     parser.add_argument("--n", type=int, default=16, help="responses per prompt")
     parser.add_argument("--response_tokens", type=int, default=14, help="tokens per response")
-    parser.add_argument("--micro_batches", type=int, default=2, help="prompts split evenly")
+    parser.add_argument(
+        "--micro_batches", type=int, default=1, help="prompts split evenly, whole groups"
+    )
     parser.add_argument(
         "--fsdp2",
         action="store_true",
-        help="also time the model wrapped as verl wraps it on one CPU rank (FSDP2, gloo)",
+        help="also time the model wrapped as verl wraps it on one CPU rank (FSDP2, gloo, the "
+        "workers' collectives)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median)")
     args = parser.parse_args(argv)
@@ -178,15 +182,10 @@ def wrap_as_verl(model: Any) -> None:
     """FSDP2 on a one-rank gloo group, as verl 0.6.1's ``apply_fsdp2`` wraps a model with tied
     embeddings (each decoder layer, then the root) under configs/hardware/cpu.yaml
     (``reshard_after_forward: false``, fp32)."""
-    import socket
-
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    with socket.socket() as probe:  # a free port for the one-rank group
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         for layer in model.model.layers:
             fully_shard(layer, reshard_after_forward=False)
@@ -194,6 +193,26 @@ def wrap_as_verl(model: Any) -> None:
     except BaseException:
         dist.destroy_process_group()
         raise
+
+
+@contextlib.contextmanager
+def workers_collectives() -> Iterator[None]:
+    """The one-rank collectives verl's CPU workers run with (``rlvr/cpu/collectives.py``, which
+    ``rlvr.cpu.compat.install`` applies there), undone on leaving: without them FSDP2's gathers
+    and reductions copy through gloo, a cost the step does not pay."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from rlvr.cpu import collectives
+
+    saved = dist.reduce_scatter_tensor, dist.all_gather_into_tensor, DTensor.full_tensor
+    collectives.reduce_scatter_on_gloo()
+    collectives.single_rank_full_tensor()
+    try:
+        yield
+    finally:
+        dist.reduce_scatter_tensor, dist.all_gather_into_tensor = saved[:2]
+        DTensor.full_tensor = saved[2]  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
 
         wrap_as_verl(model)  # destroys its process group itself if wrapping fails
         try:
-            columns.append(step_figures(model, args)[1])
+            with workers_collectives():
+                columns.append(step_figures(model, args)[1])
         finally:
             dist.destroy_process_group()
     print(f"cpu: {cpu_name()}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}")

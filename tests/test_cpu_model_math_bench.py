@@ -4,6 +4,7 @@ printed, and bad shapes are refused."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from types import ModuleType
 
@@ -108,7 +109,7 @@ def test_weight_flops_are_the_matmuls_torch_counts(tiny_model_dir: Path) -> None
     [
         (["--n", "0"], "--n must be at least 1"),
         (["--shared_tokens", "100"], "--shared_tokens must be from 0"),
-        (["--prompts", "3"], "--micro_batches must divide --prompts"),
+        (["--prompts", "3", "--micro_batches", "2"], "--micro_batches must divide --prompts"),
         (["--model", "/nonexistent"], "no config.json"),
     ],
 )
@@ -118,3 +119,52 @@ def test_bad_input_is_one_line(
     with pytest.raises(SystemExit) as exited:
         load_benchmark().parse_args(argv)
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_fsdp2_column_runs_the_workers_collectives(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``workers_collectives`` FSDP2's one-rank gathers and reductions are the step's
+    direct copies, not gloo's (counted at torch's own functions), with the same gradients; on
+    leaving, torch's functions are back."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    calls: list[str] = []
+
+    def counted(name: str) -> object:
+        original = getattr(dist, name)
+
+        @functools.wraps(original)  # the collectives check torch's parameters
+        def call(*args: object, **kwargs: object) -> object:
+            calls.append(name)
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
+        monkeypatch.setattr(dist, name, counted(name))
+    gloos = dist.reduce_scatter_tensor, dist.all_gather_into_tensor
+    bench = load_benchmark()
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    ids = torch.tensor([[1, 5, 7, 9, 2]])
+
+    def gradients() -> list[torch.Tensor]:
+        model(input_ids=ids).logits.sum().backward()
+        found = [weight.grad.full_tensor().clone() for weight in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        return found
+
+    bench.wrap_as_verl(model)
+    try:
+        through_gloo = gradients()
+        assert {"reduce_scatter_tensor", "all_gather_into_tensor"} <= set(calls)  # control
+        calls.clear()
+        with bench.workers_collectives():
+            direct = gradients()
+        assert calls == []
+        assert (dist.reduce_scatter_tensor, dist.all_gather_into_tensor) == gloos
+    finally:
+        dist.destroy_process_group()
+    assert all(torch.equal(a, b) for a, b in zip(through_gloo, direct, strict=True))
