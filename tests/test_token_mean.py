@@ -226,23 +226,29 @@ def _effective_weights(ranks: list[Any], kept_groups: set[int], config: Any, our
     return torch.cat(found)
 
 
+SMALL_CPU_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"
+
+
 @pytest.mark.parametrize(
-    ("experiment", "varied"),
+    ("experiment", "varied", "overrides", "verl_spreads"),
     [
-        ("countdown_qwen3_4b", 8),
-        ("countdown_qwen3_4b", 1),
-        ("gsm8k_qwen2_5_0_5b_1gpu", 2),
-        ("countdown_smollm2_cpu", 1),
+        ("countdown_qwen3_4b", 8, [], True),
+        ("countdown_qwen3_4b", 1, [], True),
+        ("gsm8k_qwen2_5_0_5b_1gpu", 2, [], True),
+        ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),  # 2 micro batches, as before
+        ("countdown_smollm2_cpu", 1, [], False),  # one micro batch: verl's weights are alike
     ],
 )
-def test_kept_tokens_weigh_alike_at_the_experiments_shapes(experiment: str, varied: int) -> None:
+def test_kept_tokens_weigh_alike_at_the_experiments_shapes(
+    experiment: str, varied: int, overrides: list[str], verl_spreads: bool
+) -> None:
     """verl's own partition (prepare_dynamic_batch) of each rank's rows at the experiment's
     batch, group size, ranks and token cap, lognormal response lengths, ``varied`` groups kept:
     every kept token weighs 1/K (max/min <= 1.05, sum within 5% of 1); a plain zeroed mask (the
-    old estimator under verl's weighting) does not."""
+    old estimator under verl's weighting) does not where verl cuts several micro batches."""
     import torch
 
-    composed = compose(experiment)
+    composed = compose(experiment, overrides)
     plan = batching(composed)
     data_config = composed.data
     width = int(data_config.max_response_length)
@@ -272,7 +278,8 @@ def test_kept_tokens_weigh_alike_at_the_experiments_shapes(experiment: str, vari
     assert float(ours.max() / ours.min()) <= 1.05
     assert float(ours.sum()) == pytest.approx(1.0, rel=0.05)
     old = _effective_weights(ranks, set(range(varied)), config, ours=False)
-    assert float(old.max() / old.min()) > 1.5 or abs(float(old.sum()) - 1) > 0.05
+    spread = float(old.max() / old.min()) > 1.5 or abs(float(old.sum()) - 1) > 0.05
+    assert spread == verl_spreads
 
 
 def _rank_rows(
