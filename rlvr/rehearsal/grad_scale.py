@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import socket
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,10 +129,7 @@ def _single_process_group() -> bool:
 
     if dist.is_initialized():
         return False
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     return True
 
 
