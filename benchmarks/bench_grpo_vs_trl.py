@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=32,
         help="completions per forward/backward on TRL's side (default 32: two micro batches of a "
-        "4 x 16 batch, about verl's 4096-token micro batches; 64 in one needs ~14 GB)",
+        "4 x 16 batch, padded and unpacked; 64 in one needs ~14 GB, where verl's packed one needs "
+        "~6.5 GB)",
     )
     parser.add_argument(
         "--timeout_s",

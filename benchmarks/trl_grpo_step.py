@@ -16,7 +16,8 @@ generation, reward, reference log probs, forward, backward and the optimizer ste
 The mapping, and where it is not verl's:
 - one optimizer step per ``train_batch_size x n`` completions, all generated in one call:
   ``per_device_train_batch_size`` = the knobs' ``micro_batch`` (the bench's ``--trl_micro_batch``;
-  verl's CPU recipe also runs forward and backward in micro batches, of 4096 tokens),
+  verl's CPU recipe runs the quickstart's batch in one packed micro batch, which TRL's padded
+  rows cannot fit in this memory),
   ``gradient_accumulation_steps`` = batch / micro batch; TRL's generation batch is their product
   and, aligned with the optimizer step, TRL skips the old-log-prob pass, as the experiment does
   by taking the rollout's log probs (ratio 1 on one update per batch);
