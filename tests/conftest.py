@@ -36,6 +36,11 @@ if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
 # start skip their own `uv sync` (scripts/lib/ensure_uv.sh), as under scripts/test.sh.
 os.environ.setdefault("RLVR_UV_SYNCED", str(ROOT))
 
+# The tinker SDK's telemetry thread posts to the server it talks to, and flushes at interpreter
+# exit: by then the tests' TuFT servers are stopped, and it printed "Failed to send telemetry
+# batch" tracebacks after pytest's summary (once in CI). Telemetry is not what the tests check.
+os.environ.setdefault("TINKER_TELEMETRY", "0")
+
 
 def run_bounded(
     cmd: list[str], env: dict[str, str], timeout_s: float, ray_tmp: str | None = None
