@@ -135,13 +135,13 @@ def forward_flops_of(model: Any, shapes: list[tuple[int, int, int]]) -> tuple[in
 def step_figures(model: Any, args: argparse.Namespace) -> tuple[int, list[tuple[str, float, int]]]:
     """(packed tokens, [(what, median seconds, flops)]) for the matmul and each piece of the
     step's model math, summed over its micro batches."""
-    from rlvr.cpu.packing import _Layout, response_log_probs
+    from rlvr.cpu.packing import PackedLayout, response_log_probs
 
     groups = args.prompts // args.micro_batches
     batches = [
         micro_batch(args, groups, model.config.vocab_size) for _ in range(args.micro_batches)
     ]
-    layouts = [_Layout.of(batch) for batch in batches]
+    layouts = [PackedLayout.of(batch) for batch in batches]
     shapes = [(*layout.input_ids.shape, layout.keep) for layout in layouts if layout]
     tokens = sum(rows * width for rows, width, _ in shapes)
     forward_flops = sum(forward_flops_of(model, shapes))

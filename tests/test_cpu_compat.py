@@ -237,7 +237,7 @@ def test_packed_forward_equals_verls_padded_one(tmp_path, monkeypatch, shared) -
     )  # fmt: skip
     batch = _grpo_micro_batch(model.config.vocab_size, shared)
     valid = batch["attention_mask"][:, 16:].float()
-    layout = packing._Layout.of(batch)
+    layout = packing.PackedLayout.of(batch)
     assert layout is not None
     rows, width = layout.input_ids.shape  # one row behind a shared prefix, else one per prompt
     assert (rows, width) == ((1, 12 + 9 - shared + 17) if shared else (2, 12 + 8 + 3))

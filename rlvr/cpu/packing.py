@@ -38,7 +38,7 @@ def response_log_probs(
     """(entropy or None, log probs), each (batch, response_length) with 0 past a response's end,
     as verl's ``_forward_micro_batch`` returns them; None for a layout this does not handle
     (not left-padded prompts followed by right-padded responses, or 3-D position ids)."""
-    layout = _Layout.of(micro_batch)
+    layout = PackedLayout.of(micro_batch)
     if layout is None:
         return None
     out = module(
@@ -62,7 +62,7 @@ def response_log_probs(
 MAX_SHARED_ROW = 1024
 
 
-class _Layout:
+class PackedLayout:
     """Packed rows for a micro batch, and where each response token's logits land."""
 
     input_ids: torch.Tensor  # (rows, width)
@@ -75,7 +75,7 @@ class _Layout:
     token_index: torch.Tensor  # ... and its index in the response
 
     @classmethod
-    def of(cls, micro_batch: dict[str, Any]) -> _Layout | None:
+    def of(cls, micro_batch: dict[str, Any]) -> PackedLayout | None:
         input_ids, mask = micro_batch["input_ids"], micro_batch["attention_mask"].bool()
         positions = micro_batch["position_ids"]
         response_width = micro_batch["responses"].size(-1)
