@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.generation import HFBackend, _from_vllm, make_backend
+from rlvr.evaluation.generation import (
+    VLLM_LORA_RANKS,
+    HFBackend,
+    _from_vllm,
+    make_backend,
+    vllm_lora_rank,
+)
 from rlvr.evaluation.model import ModelSource, resolve_model
 from rlvr.evaluation.settings import SamplingSettings
 
@@ -203,6 +209,24 @@ def test_lora_adapter_is_loaded_onto_its_base(tmp_path: Path, tiny_model_dir: Pa
         adapter_logits = lora(ids).logits
     assert not torch.allclose(merged_logits, base_logits)  # the adapter changed the model
     assert torch.allclose(merged_logits, adapter_logits, atol=1e-4)  # and it is this adapter
+
+
+def test_a_peft_adapters_rank_is_read_once_for_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """vLLM 0.11 refuses a max_lora_rank outside its list (vllm/config/lora.py): an r=4 adapter,
+    passed as 4 before, is served at 8; a per-module rank_pattern larger than r counts."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], rank_pattern={"v_proj": 24})
+    get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    source = resolve_model(str(tmp_path / "adapter"))
+    assert source.lora_rank == 24  # as PEFT wrote it: r 4, v_proj 24
+    assert vllm_lora_rank(source.lora_rank) == 32
+    assert [vllm_lora_rank(r) for r in (None, 1, 4, 8, 9, 320, 512)] == [8, 8, 8, 8, 16, 320, 512]
+    assert all(vllm_lora_rank(r) == r for r in VLLM_LORA_RANKS)
+    with pytest.raises(EvalError, match=r"LoRA rank 513: vLLM 0\.11 serves ranks up to 512"):
+        vllm_lora_rank(513)
 
 
 def test_missing_hub_model_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,6 @@ HF backend therefore calls ``generate`` with an explicit ``GenerationConfig`` an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,7 +250,6 @@ class VLLMBackend:
         if lora:
             from vllm.lora.request import LoRARequest
 
-            rank = json.loads((Path(source.path) / "adapter_config.json").read_text()).get("r", 64)
             self.lora_request = LoRARequest("eval_adapter", 1, source.path)
         self.llm = LLM(
             model=source.weights_path,
@@ -260,7 +258,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             enable_lora=lora,
-            max_lora_rank=rank if lora else 16,
+            max_lora_rank=vllm_lora_rank(source.lora_rank) if lora else 16,
             seed=0,
         )
 
@@ -285,6 +283,19 @@ class VLLMBackend:
             lora_request=self.lora_request,
         )
         return [[_from_vllm(completion) for completion in out.outputs] for out in outputs]
+
+
+# vLLM 0.11 takes only these as max_lora_rank (vllm/config/lora.py), at least the adapter's r.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(rank: int | None) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds an adapter of rank ``rank`` (PEFT's
+    default r, 8, where adapter_config.json has none)."""
+    fitting = [allowed for allowed in VLLM_LORA_RANKS if allowed >= (rank or 8)]
+    if not fitting:
+        raise EvalError(f"LoRA rank {rank}: vLLM 0.11 serves ranks up to 512; use --backend hf")
+    return fitting[0]
 
 
 def _from_vllm(completion: Any) -> Generation:

@@ -16,7 +16,7 @@ from rlvr.evaluation import EvalError
 from rlvr.evaluation.metrics import CAP_HIT_RAISE_ABOVE
 from rlvr.evaluation.records import CheckLine, GradedSample, JSONDict
 from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
-from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, weight_state
+from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, adapter_rank, weight_state
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -27,6 +27,7 @@ class ModelSource:
     path: str
     base: str | None = None  # the base model of a LoRA adapter
     tokenizer: str | None = None  # where the tokenizer is, when not next to the weights
+    lora_rank: int | None = None  # a LoRA adapter's r, read once with its base
 
     @property
     def weights_path(self) -> str:  # a LoRA adapter's base, else the model itself
@@ -37,9 +38,7 @@ class ModelSource:
         """Where it was given; else the adapter's own, if saved; else beside the weights."""
         if self.tokenizer is not None:
             return self.tokenizer
-        saved = any(
-            (Path(self.path) / n).exists() for n in ("tokenizer.json", "tokenizer_config.json")
-        )
+        saved = any((Path(self.path) / n).exists() for n in TOKENIZER_FILES[:2])  # its .json
         return self.path if saved else self.weights_path
 
 
@@ -172,7 +171,7 @@ def _lora_source(
         if base_model or "--base_model" in str(exc):
             raise
         raise EvalError(f"{exc}; or pass --base_model") from exc
-    return ModelSource("lora", str(adapter), base=base_source.path, tokenizer=tokenizer)
+    return ModelSource("lora", str(adapter), base_source.path, tokenizer, adapter_rank(config))
 
 
 _MARKER = "Final answer: 42."  # an assistant turn's text, found again in the rendered turn

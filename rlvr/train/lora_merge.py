@@ -87,6 +87,14 @@ def recorded_base(adapter_dir: Path) -> str:
     return str(base)
 
 
+def adapter_rank(config: dict[str, Any]) -> int | None:
+    """An adapter_config.json's rank: r, or a larger one in PEFT's per-module ``rank_pattern``;
+    None where none is an int."""
+    pattern = config.get("rank_pattern")
+    ranks = [config.get("r"), *(pattern.values() if isinstance(pattern, dict) else ())]
+    return max((r for r in ranks if isinstance(r, int) and not isinstance(r, bool)), default=None)
+
+
 def pending(actor_dir: Path) -> bool:
     """A LoRA actor folder whose huggingface/ has no usable weights yet. An adapter folder
     without its files (verl logs a failed adapter save and goes on) counts, so that the merge
