@@ -211,6 +211,20 @@ def test_lora_adapter_is_loaded_onto_its_base(tmp_path: Path, tiny_model_dir: Pa
     assert torch.allclose(merged_logits, adapter_logits, atol=1e-4)  # and it is this adapter
 
 
+def _verl_vllm_max_lora_rank():
+    """verl's rule, loaded from its file: its package's __init__ imports vllm, absent on CPU."""
+    import importlib.util
+
+    import verl
+
+    path = Path(verl.__file__).parent / "workers/rollout/vllm_rollout/utils.py"
+    spec = importlib.util.spec_from_file_location("verl_vllm_rollout_utils", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_vllm_max_lora_rank
+
+
 def test_a_peft_adapters_rank_is_read_once_for_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     """vLLM 0.11 refuses a max_lora_rank outside its list (vllm/config/lora.py): an r=4 adapter,
     passed as 4 before, is served at 8; a per-module rank_pattern larger than r counts."""
@@ -225,6 +239,8 @@ def test_a_peft_adapters_rank_is_read_once_for_vllm(tmp_path: Path, tiny_model_d
     assert vllm_lora_rank(source.lora_rank) == 32
     assert [vllm_lora_rank(r) for r in (None, 1, 4, 8, 9, 320, 512)] == [8, 8, 8, 8, 16, 320, 512]
     assert all(vllm_lora_rank(r) == r for r in VLLM_LORA_RANKS)
+    verl_rule = _verl_vllm_max_lora_rank()  # verl's own, for its vLLM rollout
+    assert [vllm_lora_rank(r) for r in range(1, 513)] == [verl_rule(r) for r in range(1, 513)]
     with pytest.raises(EvalError, match=r"LoRA rank 513: vLLM 0\.11 serves ranks up to 512"):
         vllm_lora_rank(513)
 

@@ -286,6 +286,7 @@ class VLLMBackend:
 
 
 # vLLM 0.11 takes only these as max_lora_rank (vllm/config/lora.py), at least the adapter's r.
+# verl's get_vllm_max_lora_rank says the same, but its package imports vllm and zmq on import.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
