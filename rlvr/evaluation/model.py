@@ -42,17 +42,16 @@ class ModelSource:
         return self.path if saved else self.weights_path
 
 
-def resolve_model(model_path: str, base_model: str | None = None) -> ModelSource:
-    """Classify ``model_path`` and fail at once, with the reason, when it cannot be a model."""
-    return _resolve(model_path, "--model_path", base_model)
-
-
-def _resolve(
-    name: str, label: str, base_model: str | None = None, base_of: Path | None = None
+def resolve_model(
+    name: str,
+    base_model: str | None = None,
+    label: str = "--model_path",
+    base_of: Path | None = None,
 ) -> ModelSource:
-    """``name`` as a model; ``label`` (the flag or file it came from) starts every refusal.
-    ``base_of`` is the adapter whose base this is: a base is a complete model, never another
-    adapter, so a chain of adapters (or one naming itself) is refused, not followed."""
+    """Classify ``name`` and fail at once, with the reason, when it cannot be a model; ``label``
+    (the flag or file it came from) starts every refusal. ``base_of`` is the adapter whose base
+    this is: a base is a complete model, never another adapter, so a chain of adapters (or one
+    naming itself) is refused, not followed."""
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -166,7 +165,7 @@ def _lora_source(
     else:
         base, label = recorded, f"{adapter_config}: base_model_name_or_path"
     try:
-        base_source = _resolve(base, label, base_of=adapter)  # the base must itself load
+        base_source = resolve_model(base, label=label, base_of=adapter)  # the base must itself load
     except EvalError as exc:
         if base_model or "--base_model" in str(exc):
             raise

@@ -22,14 +22,13 @@ from pathlib import Path
 from rlvr.common.files import (
     DiskFullError,
     disk_full_translated,
+    replace_folder,
     staged,
-    swap_in,
     tree_size,
     write_json_atomic,
     write_text_atomic,
 )
 from rlvr.common.paths import ROOT
-from rlvr.common.signals import signals_deferred
 from rlvr.evaluation import EvalError, metrics
 from rlvr.evaluation.prompts import read_parquet
 from rlvr.evaluation.records import (
@@ -146,27 +145,14 @@ def staged_run_dir(output: Path, force: bool) -> Iterator[Path]:
         with disk_full_translated(output, written=lambda: tree_size(staging)):
             staging.mkdir()
             yield staging
-            _publish(staging, output, force)
+            refuse_existing(output, force, run=True)  # again: it may have appeared during the run
+            replace_folder(staging, output)  # an old run (--force) goes too, none left aside
     except DiskFullError:
         shutil.rmtree(staging, ignore_errors=True)  # the samples would only hold the disk full
         raise
     except BaseException:
         _keep_or_remove(staging, output)
         raise
-
-
-def _publish(staging: Path, output: Path, force: bool) -> None:
-    refuse_existing(output, force, run=True)  # again: it may have appeared during the run
-    if not _exists(output):
-        os.replace(staging, output)
-        return
-    previous = output.with_name(f".{output.name}.replaced-{os.getpid()}")
-    with signals_deferred():  # the old run is removed too, so none is left aside
-        swap_in(staging, output, previous)
-        if previous.is_dir() and not previous.is_symlink():
-            shutil.rmtree(previous, ignore_errors=True)
-        else:
-            previous.unlink(missing_ok=True)
 
 
 def _keep_or_remove(staging: Path, output: Path) -> None:
