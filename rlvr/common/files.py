@@ -79,15 +79,10 @@ def staged(path: Path, needed_bytes: int | None = None) -> Iterator[Path]:
             staging.unlink(missing_ok=True)
 
 
-def _lexists(path: Path) -> bool:
-    """True for anything at ``path``, a dangling symlink included (``exists`` follows links)."""
-    return path.exists() or path.is_symlink()
-
-
 def remove_path(path: Path) -> None:
     """Delete what ``path`` names without following it: a symlink or file is unlinked (never its
     target), a folder removed with its contents. Nothing there is fine."""
-    if path.is_symlink() or (_lexists(path) and not path.is_dir()):
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
         path.unlink(missing_ok=True)
     elif path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
@@ -99,7 +94,7 @@ def swap_in(new: Path, destination: Path, aside: Path) -> Path | None:
     there was nothing) and put back if the second move fails."""
     moved = None
     with signals_deferred():  # Ctrl-C between the renames would leave no destination at all
-        if _lexists(destination):
+        if os.path.lexists(destination):
             os.replace(destination, aside)
             moved = aside
         try:
@@ -200,7 +195,7 @@ def writable_folder_problem(path: str | os.PathLike[str], flag: str) -> str | No
 
 
 def _write_problem(folder: Path, path: str | os.PathLike[str], flag: str) -> str | None:
-    while not _lexists(folder) and folder != folder.parent:
+    while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent  # the first folder that exists: the others are created
     if not folder.is_dir():
         return f"{flag} {path}: {folder} is not a folder"

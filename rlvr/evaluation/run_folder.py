@@ -54,16 +54,12 @@ def default_output_dir(task: str, command: str, model_path: str) -> Path:
 RUN_FILES = ("summary.json", "samples.jsonl")  # what makes a folder an eval run folder
 
 
-def _exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
-
-
 def check_writable(path: Path, flag: str = "--output") -> None:
     """Refuse, before any work, an output that could never be written: one below a file (or
     a dangling link), or in a folder this process may not write in."""
     path = Path(os.path.abspath(path))
     folder = path.parent
-    while not _exists(folder) and folder != folder.parent:
+    while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
     if folder.is_symlink() and not folder.exists():
         raise EvalError(
@@ -89,7 +85,7 @@ def refuse_existing(path: Path, force: bool, flag: str = "--output", run: bool =
             "path, not a link"
         )
     check_writable(path, flag)
-    if not _exists(path):
+    if not os.path.lexists(path):
         return
     if not force:
         raise EvalError(
