@@ -87,8 +87,7 @@ def evaluate(
         raise EvalError(f"evaluate: {command!r} is not reward, passk or analyse")
     if command == "reward":
         sampling = settings.greedy(sampling)
-    ks = (list(ks) or settings.default_ks(sampling.n)) if command == "passk" else []
-    settings.check_group(command, sampling.n, ks)
+    ks = settings.check_group(command, sampling.n, ks)
     settings.check_reward_kwargs(run.task, run.reward_kwargs, "reward kwargs")
     voting = command == "passk" and run.task.load_answer_key() is not None
     with staged_run_dir(run.output_dir, run.force) as folder:

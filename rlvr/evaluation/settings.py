@@ -230,13 +230,16 @@ def default_ks(n: int) -> list[int]:
     return sorted({k for k in (1, 4, 8, 16) if k <= n} | {n})
 
 
-def check_group(command: str, n: int, ks: Sequence[int] = ()) -> None:
-    """passk's k values against n; analyse's group size."""
+def check_group(command: str, n: int, ks: Sequence[int] = ()) -> list[int]:
+    """passk's k values (default: ``default_ks(n)``), returned checked against n, [] for the
+    other commands; analyse's group size."""
+    ks = (list(ks) or default_ks(n)) if command == "passk" else []
     bad = [k for k in ks if not 1 <= k <= n]
     if command == "passk" and bad:
         raise EvalError(f"--k {bad}: every k must be between 1 and --n {n}")
     if command == "analyse" and n < 2:
         raise EvalError("--n (or --rollout_n) must be at least 2: variance needs a group")
+    return ks
 
 
 def checked_ks(command: str, k_flag: list[int] | None, sampling: SamplingSettings) -> list[int]:
@@ -248,9 +251,7 @@ def checked_ks(command: str, k_flag: list[int] | None, sampling: SamplingSetting
             f"--temperature 0 with --n {n}: greedy samples are all the same, so {command} would "
             "measure nothing; pass training's rollout temperature (e.g. --temperature 1.0)"
         )
-    ks = (k_flag or default_ks(n)) if command == "passk" else []
-    check_group(command, n, ks)
-    return ks
+    return check_group(command, n, k_flag or ())
 
 
 # Upper bounds far beyond any real run: a typo'd value fails here, not after the model loads.
