@@ -847,7 +847,7 @@ def test_experiment_max_tokens_reaches_the_backend(
     seen: list[SamplingSettings] = []
 
     class Recording:
-        name, tokenizer = "recording", tiny_tokenizer
+        name, tokenizer, generation_eos = "recording", tiny_tokenizer, None
 
         def generate(self, prompts, sampling: SamplingSettings):
             seen.append(sampling)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from rlvr.common.messages import first_line
 from rlvr.evaluation import EvalError
-from rlvr.evaluation.model import ModelSource, stop_ids
+from rlvr.evaluation.model import ModelSource, check_context, generation_config_eos, stop_ids
 from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.hub import HUB_ID
@@ -57,6 +57,7 @@ def load_failure(what: str, where: str, exc: Exception) -> str:
 
 class Backend(Protocol):
     name: str
+    generation_eos: list[int] | None  # generation_config.json's eos ids; None: no such file
 
     def generate(
         self, prompts: Sequence[list[int]], sampling: SamplingSettings
@@ -141,6 +142,7 @@ class HFBackend:
         # On a CPU each prompt's prefill is kept: --greedy_output decodes the sampled run's
         # prompts again (rlvr/models/prefill.py); a GPU prefills each batch at once instead.
         self.prefills = PromptPrefills(self.model) if device == "cpu" else None
+        self.generation_eos = generation_config_eos(weights)  # for analyse's stop-token checks
 
     def generate(
         self, prompts: Sequence[list[int]], sampling: SamplingSettings
@@ -261,6 +263,7 @@ class VLLMBackend:
             max_lora_rank=vllm_lora_rank(source.lora_rank) if lora else 16,
             seed=0,
         )
+        self.generation_eos = generation_config_eos(source.weights_path)
 
     def generate(
         self, prompts: Sequence[list[int]], sampling: SamplingSettings
@@ -313,12 +316,17 @@ def _from_vllm(completion: Any) -> Generation:
     )
 
 
-def make_backend(name: str, source: ModelSource, batch_size: int = 16) -> Backend:
-    """``auto`` picks vLLM when CUDA and vLLM are both there, else batched HF generation."""
+def make_backend(
+    name: str, source: ModelSource, batch_size: int = 16, max_tokens: int | None = None
+) -> Backend:
+    """``auto`` picks vLLM when CUDA and vLLM are both there, else batched HF generation;
+    ``max_tokens`` is first checked against the model's context, before any weights load."""
     import importlib.util
 
     import torch
 
+    if max_tokens is not None:
+        check_context(source, max_tokens)
     if name == "auto":
         has_vllm = importlib.util.find_spec("vllm") is not None
         name = "vllm" if torch.cuda.is_available() and has_vllm else "hf"
@@ -329,3 +337,9 @@ def make_backend(name: str, source: ModelSource, batch_size: int = 16) -> Backen
     if name == "hf":
         return HFBackend(source, batch_size=batch_size)
     raise EvalError(f"--backend {name!r}: use auto, vllm or hf")
+
+
+def prompts_per_chunk(backend: str, batch_size: int, samples_per_prompt: int) -> int:
+    """Prompts per generate call. HF: enough to fill a decoding batch of ``batch_size``
+    sequences; vLLM: large chunks, it schedules itself."""
+    return max(1, batch_size // samples_per_prompt) if backend == "hf" else 256

@@ -12,9 +12,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rlvr.evaluation.generation import Backend, Generation
-from rlvr.evaluation.model import require_chat_template
+from rlvr.evaluation.model import model_checks, require_chat_template
 from rlvr.evaluation.prompts import Row, fingerprints, render_prompt, tokenizer_of
-from rlvr.evaluation.records import ANSWER_KEY, GradedSample, JSONDict, RunHeader, jsonable
+from rlvr.evaluation.records import (
+    ANSWER_KEY,
+    CheckLine,
+    GradedSample,
+    JSONDict,
+    RunHeader,
+    jsonable,
+)
 from rlvr.evaluation.settings import RunSettings, SamplingSettings
 from rlvr.tasks import TaskSpec
 
@@ -153,3 +160,9 @@ class EvalRun:
             template_kwargs=dict(self.template_kwargs),
             **fingerprints(rows, self.rendered),
         )
+
+    def model_checks(self, graded: Sequence[Sequence[GradedSample]], cap: int) -> list[CheckLine]:
+        """analyse's checks of the loaded model's chat template and stop tokens against its
+        samples (``model.model_checks``)."""
+        tokenizer = tokenizer_of(self.backend)
+        return model_checks(tokenizer, self.template_kwargs, self.generation_eos, graded, cap)

@@ -10,12 +10,13 @@ the same rule. The records it holds are ``records.py``'s.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,12 +35,14 @@ from rlvr.evaluation.prompts import read_parquet
 from rlvr.evaluation.records import (
     AnalyseRecord,
     GradedSample,
+    PassKRecord,
     Recommendations,
     Summary,
     jsonable,
     load_summary,
     parse,
     read_records,
+    write_jsonl,
 )
 
 
@@ -101,6 +104,23 @@ def refuse_existing(path: Path, force: bool, flag: str = "--output", run: bool =
             f"{flag} {path} is not an eval run folder (no {' or '.join(RUN_FILES)}); "
             "--force replaces run folders only"
         )
+
+
+def output_dirs(task_name: str, args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """A model command's ``--output`` (default: ``default_output_dir``) and ``--greedy_output``
+    (passk and analyse only, another folder), each refused here, before any work, as
+    ``refuse_existing`` says."""
+    output_dir = Path(args.output or default_output_dir(task_name, args.command, args.model_path))
+    refuse_existing(output_dir, args.force, run=True)
+    if not args.greedy_output:
+        return output_dir, None
+    if args.command == "reward":
+        raise EvalError("--greedy_output is for passk and analyse: reward decodes greedily itself")
+    folder = Path(args.greedy_output)
+    if folder.resolve() == output_dir.resolve():
+        raise EvalError(f"--greedy_output {folder} is --output too: give each run its own folder")
+    refuse_existing(folder, args.force, run=True)
+    return output_dir, folder
 
 
 def check_complete_run(path: Path, what: str) -> None:
@@ -274,8 +294,13 @@ def recommendations_markdown(recommended: Recommendations) -> list[str]:
     return lines + [f"- {check.line()}" for check in recommended.checks]
 
 
-def write_summary(folder: Path, summary: Summary) -> Summary:
-    """``summary.json`` and ``summary.md``: the last files of a run folder."""
+def write_summary(
+    folder: Path, summary: Summary, records: Sequence[PassKRecord | AnalyseRecord] | None = None
+) -> Summary:
+    """``prompts.jsonl`` (passk's and analyse's per-prompt ``records``), then ``summary.json``
+    and ``summary.md``: the last files of a run folder."""
+    if records is not None:
+        write_jsonl(folder / "prompts.jsonl", (record.to_json() for record in records))
     write_json_atomic(folder / "summary.json", summary.to_json())
     write_text_atomic(folder / "summary.md", summary_markdown(summary))
     return summary
