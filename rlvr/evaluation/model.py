@@ -27,7 +27,7 @@ class ModelSource:
     path: str
     base: str | None = None  # the base model of a LoRA adapter
     tokenizer: str | None = None  # where the tokenizer is, when not next to the weights
-    lora_rank: int | None = None  # a LoRA adapter's r, read once with its base
+    lora_rank: int | None = None  # a LoRA adapter's largest rank (r, rank_pattern)
 
     @property
     def weights_path(self) -> str:  # a LoRA adapter's base, else the model itself
@@ -38,7 +38,7 @@ class ModelSource:
         """Where it was given; else the adapter's own, if saved; else beside the weights."""
         if self.tokenizer is not None:
             return self.tokenizer
-        saved = any((Path(self.path) / n).exists() for n in TOKENIZER_FILES[:2])  # its .json
+        saved = any((Path(self.path) / n).exists() for n in TOKENIZER_FILES[:2])  # the .json two
         return self.path if saved else self.weights_path
 
 
