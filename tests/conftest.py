@@ -129,6 +129,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("no_cuda: tests the path taken without CUDA, and torch sees CUDA here")
 
 
+@pytest.fixture(scope="module")
+def countdown_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Held-out Countdown rows, generated offline: the test split of 8 train / 6 test tasks."""
+    from rlvr.tasks.countdown import prepare
+
+    out = tmp_path_factory.mktemp("data") / "countdown"
+    return prepare("generate", str(out), train_size=8, test_size=6, seed=1).paths["test"]
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from rlvr.models.tiny import build_tokenizer

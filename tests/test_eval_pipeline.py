@@ -46,14 +46,6 @@ def stays(calls: list[str]) -> list[str]:
     return [m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m]
 
 
-@pytest.fixture(scope="module")
-def countdown_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.tasks.countdown import prepare
-
-    out = tmp_path_factory.mktemp("data") / "countdown"
-    return prepare("generate", str(out), train_size=8, test_size=6, seed=1).paths["test"]
-
-
 @pytest.mark.parametrize("command", ["reward", "passk", "analyse"])
 def test_a_model_eval_enters_each_stage_once_in_order(
     command: str, tmp_path: Path, countdown_data: Path, tiny_model_dir: Path

@@ -29,14 +29,6 @@ PASS_AT_1_2_4 = ["pass@1", "pass@2", "pass@4"]
 MAJ_AT_1_2_4 = ["maj@1", "maj@2", "maj@4"]
 
 
-@pytest.fixture(scope="module")
-def countdown_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.tasks.countdown import prepare
-
-    out = tmp_path_factory.mktemp("data") / "countdown"
-    return prepare("generate", str(out), train_size=8, test_size=6, seed=1).paths["test"]
-
-
 def test_eval_renders_the_prompt_tokens_verl_trains_on(countdown_data: Path, tiny_tokenizer):
     """Same Parquet, same tokenizer, same template kwargs: eval's ids == RLHFDataset's ids."""
     from omegaconf import OmegaConf

@@ -51,14 +51,6 @@ def stats(pass_rates: list[float], n: int = 16) -> list[metrics.PromptStats]:
     return [metrics.prompt_stats(i, scores) for i, scores in enumerate(groups)]
 
 
-@pytest.fixture(scope="module")
-def countdown_data_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.tasks.countdown import prepare
-
-    out = tmp_path_factory.mktemp("data") / "countdown"
-    return prepare("generate", str(out), train_size=8, test_size=6, seed=1).paths["test"]
-
-
 # ---------------------------------------------------------------- data.max_response_length
 
 
@@ -280,13 +272,13 @@ def test_recommendations_round_trip_through_summary_json() -> None:
 
 
 def test_analyse_prints_and_records_its_recommendations(
-    tmp_path: Path, countdown_data_path: Path, tiny_model_dir: Path, capsys
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, capsys
 ) -> None:
     from rlvr.config.compose import compose
 
     experiment = "countdown_smollm2_cpu"
     trained = compose(experiment)
-    argv = ["analyse", "--model_path", str(tiny_model_dir), "--data", str(countdown_data_path)]
+    argv = ["analyse", "--model_path", str(tiny_model_dir), "--data", str(countdown_data)]
     argv += ["--quiet", "--backend", "hf", "--limit", "3", "--n", "4", "--max_tokens", "8"]
     argv += ["--experiment", experiment, "--output", str(tmp_path / "run")]
     assert eval_cli.main("countdown", "t", argv) == 0
@@ -309,7 +301,7 @@ def test_analyse_prints_and_records_its_recommendations(
 
 
 def test_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
-    tmp_path: Path, countdown_data_path: Path, tokenizer
+    tmp_path: Path, countdown_data: Path, tokenizer
 ) -> None:
     """A base-like model: its sampler stops on <|endoftext|> only, so responses that emit
     <|im_end|> run on to the cap; the check finds the token in the generated ids."""
@@ -333,13 +325,13 @@ def test_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
     run = grading.EvalRun(
         task=tasks.get("countdown"),
         model_path="runs-on",
-        data_path=str(countdown_data_path),
+        data_path=str(countdown_data),
         output_dir=tmp_path / "run",
         backend=RunsOn(),
         progress=False,
         generation_eos=[ENDOFTEXT],
     )
-    rows = prompts.load_rows(countdown_data_path, limit=2)
+    rows = prompts.load_rows(countdown_data, limit=2)
     summary = pipeline.evaluate(
         "analyse", run, rows, SamplingSettings(n=2, temperature=1.0, max_tokens=8)
     )
@@ -349,7 +341,7 @@ def test_analyse_looks_for_the_end_of_turn_in_the_generated_tokens(
 
 
 def test_analyse_refuses_a_model_without_a_chat_template(
-    tmp_path: Path, countdown_data_path: Path, tiny_model_dir: Path, capsys
+    tmp_path: Path, countdown_data: Path, tiny_model_dir: Path, capsys
 ) -> None:
     model = tmp_path / "no_template"
     shutil.copytree(tiny_model_dir, model)
@@ -357,7 +349,7 @@ def test_analyse_refuses_a_model_without_a_chat_template(
     config = json.loads((model / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (model / "tokenizer_config.json").write_text(json.dumps(config))
-    argv = ["analyse", "--model_path", str(model), "--data", str(countdown_data_path), "--quiet"]
+    argv = ["analyse", "--model_path", str(model), "--data", str(countdown_data), "--quiet"]
     argv += ["--backend", "hf", "--limit", "1", "--n", "2", "--max_tokens", "4"]
     assert eval_cli.main("countdown", "t", [*argv, "--output", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
