@@ -38,7 +38,9 @@ class ModelSource:
         """Where it was given; else the adapter's own, if saved; else beside the weights."""
         if self.tokenizer is not None:
             return self.tokenizer
-        saved = any((Path(self.path) / n).exists() for n in TOKENIZER_FILES[:2])  # the .json two
+        saved = any(
+            (Path(self.path) / n).exists() for n in ("tokenizer.json", "tokenizer_config.json")
+        )
         return self.path if saved else self.weights_path
 
 
