@@ -922,6 +922,46 @@ def test_an_interrupted_run_leaves_the_old_run_or_the_new_one(
     assert "complete:1" in outcomes  # at least one interrupt landed before the swap
 
 
+def _suspended_vmap_nesting() -> Iterator[None]:
+    """Like torch's ``vmap_increment_nesting`` cut short by an interrupt: suspended, and it
+    fails again when it is finalized."""
+    try:
+        yield
+    finally:
+        raise RuntimeError("!dynamicLayerStack.empty() INTERNAL ASSERT FAILED")
+
+
+@pytest.mark.parametrize("interrupt", [True, False])
+def test_an_interrupt_that_a_library_turns_into_its_error_still_exits_as_an_interrupt(
+    interrupt: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What CI saw once: SIGINT landed in torch.vmap's exit inside transformers' mask code, and
+    came out as torch's RuntimeError raised while handling the KeyboardInterrupt, plus a
+    suspended generator's "Exception ignored" traceback at exit."""
+    import gc
+
+    # Python's own hook, which prints (pytest's would turn it into a warning); main may replace it
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+
+    def run_model_command(task_name: str, args: argparse.Namespace) -> int:
+        nesting = _suspended_vmap_nesting()
+        next(nesting)
+        try:
+            raise KeyboardInterrupt if interrupt else ValueError("a bug of our own")
+        except BaseException:
+            raise RuntimeError("layerId == dynamic_layer.layerId()")  # noqa: B904 - as torch does
+
+    monkeypatch.setattr(eval_cli, "run_model_command", run_model_command)
+    if not interrupt:  # negative control: an error with no interrupt behind it is a bug, raised
+        with pytest.raises(RuntimeError):
+            eval_cli.main("countdown", "t", ["reward"])
+        return
+    assert eval_cli.main("countdown", "t", ["reward"]) == 130
+    gc.collect()
+    err = capsys.readouterr().err
+    assert err == "interrupted: an unfinished run never replaces its --output\n"
+
+
 # ---------------------------------------------------------------- refused before the model loads
 # issue 16: inputs an adversarial review found failing with a traceback, or only after the
 # model had loaded (or run). Each is refused up front in one line naming the flag or file.

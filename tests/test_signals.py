@@ -8,7 +8,12 @@ import threading
 
 import pytest
 
-from rlvr.common.signals import interrupt_signal, signals_deferred, sigterm_as_interrupt
+from rlvr.common.signals import (
+    interrupt_behind,
+    interrupt_signal,
+    signals_deferred,
+    sigterm_as_interrupt,
+)
 
 
 def test_sigterm_becomes_an_interrupt_and_is_restored() -> None:
@@ -60,3 +65,21 @@ def test_sigterm_and_sighup_become_interrupts_that_know_their_signal(signum: int
     assert interrupt_signal(raised.value) == signum
     assert signal.getsignal(signum) == before
     assert interrupt_signal(KeyboardInterrupt()) == signal.SIGINT  # Ctrl-C's own
+
+
+def test_interrupt_behind_finds_ctrl_c_under_the_errors_raised_while_handling_it() -> None:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            try:
+                raise RuntimeError("cleanup failed")
+            except RuntimeError as inner:
+                raise ValueError("and again") from inner
+    except ValueError as exc:
+        error = exc
+    assert isinstance(interrupt_behind(error), KeyboardInterrupt)
+    plain = RuntimeError("no interrupt")
+    plain.__context__ = ValueError("loop")
+    plain.__context__.__context__ = plain  # a cycle ends the walk
+    assert interrupt_behind(plain) is None

@@ -4,6 +4,7 @@ swap."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,28 @@ class Interrupted(KeyboardInterrupt):
 def interrupt_signal(exc: KeyboardInterrupt) -> int:
     """The signal behind an interrupt: SIGINT for Ctrl-C's own KeyboardInterrupt."""
     return exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+
+
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt that ``exc`` was raised while handling, if any. Ctrl-C can land inside a
+    library's clean-up and come out as that library's error: torch's ``vmap`` (transformers builds
+    attention masks with it) fails an internal assert on its layer stack when an interrupt cuts
+    its exit short, and the RuntimeError carries the KeyboardInterrupt as its context."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ if link.__cause__ is not None else link.__context__
+    return None
+
+
+def quiet_finalizers() -> None:
+    """No more "Exception ignored in ..." tracebacks from this process: after an interrupt, code
+    it cut short complains again from its finalizers (torch's half-run ``vmap`` generators), and
+    those say nothing a user can act on."""
+    sys.unraisablehook = lambda unraisable: None
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlvr.common.cli import OneLineParser, float_in, int_in
 from rlvr.common.files import report_disk_full
-from rlvr.common.signals import sigterm_as_interrupt
+from rlvr.common.signals import interrupt_behind, quiet_finalizers, sigterm_as_interrupt
 from rlvr.evaluation import EvalError, metrics, settings, statistics
 from rlvr.evaluation.pipeline import run_model_command
 from rlvr.evaluation.run_folder import filter_learnable, load_prompt_records
@@ -261,10 +261,17 @@ def main(task_name: str, description: str, argv: Sequence[str] | None = None) ->
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: an unfinished run never replaces its --output", file=sys.stderr)
-        return 130
+        return _interrupted()
     except Exception as exc:  # a full disk is one line, exit 1; anything else is a bug
+        if interrupt_behind(exc) is not None:
+            return _interrupted()  # Ctrl-C that a library's clean-up turned into its own error
         return report_disk_full(exc)
+
+
+def _interrupted() -> int:
+    quiet_finalizers()  # before the except block ends and the cut-short frames are freed
+    print("interrupted: an unfinished run never replaces its --output", file=sys.stderr)
+    return 130
 
 
 def _dispatch(task_name: str, args: argparse.Namespace) -> int:
