@@ -135,6 +135,9 @@ def test_verl_rlhf_dataset_reads_our_parquet(tmp_path: Path, tiny_tokenizer, tas
             "max_prompt_length": 512,
             "truncation": "error",
             "filter_overlong_prompts": True,
+            # the filter in this process: datasets 4.4 forks a Pool even for verl's default of
+            # one worker, and a fork of pytest's threaded process hung this test twice in CI
+            "filter_overlong_prompts_workers": None,
             "cache_dir": str(tmp_path / "cache"),
             "return_raw_chat": True,
         }
