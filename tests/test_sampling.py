@@ -106,6 +106,7 @@ def test_the_processor_leaves_only_the_drawn_token() -> None:
         ({"do_sample": True, "temperature": 1.0, "top_k": 50}, False),
         ({"do_sample": True, "temperature": 1.0, "top_k": 0, "min_p": 0.1}, False),
         ({"do_sample": False}, False),
+        ({"do_sample": True, "temperature": 0.0, "top_k": 0}, False),  # transformers decides
     ],
 )
 def test_only_plain_temperature_sampling_is_swapped(settings: dict, swapped: bool) -> None:

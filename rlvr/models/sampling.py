@@ -90,6 +90,7 @@ def inverse_cdf_sampling(config: Any) -> tuple[Any, list[InverseCdfSampler]]:
     """``config`` (a transformers ``GenerationConfig``) as greedy decoding and the sampler that
     makes it draw, when it samples with a temperature and nothing else (no top-k, top-p, min-p,
     typical or cutoff warpers); otherwise ``config`` itself and no sampler."""
+    temperature = 1.0 if config.temperature is None else float(config.temperature)
     plain = (
         config.do_sample
         and config.num_beams in (None, 1)
@@ -99,11 +100,11 @@ def inverse_cdf_sampling(config: Any) -> tuple[Any, list[InverseCdfSampler]]:
         and config.typical_p in (None, 1.0)
         and not config.epsilon_cutoff
         and not config.eta_cutoff
-        and (config.temperature or 1.0) > 0
+        and temperature > 0  # else transformers' own refusal
     )
     if not plain:
         return config, []
     greedy = copy.deepcopy(config)
     greedy.do_sample = False
     greedy.temperature, greedy.top_p, greedy.top_k = 1.0, 1.0, None
-    return greedy, [InverseCdfSampler(float(config.temperature or 1.0))]
+    return greedy, [InverseCdfSampler(temperature)]
