@@ -1,15 +1,18 @@
 """CPU GRPO step speed: an old commit against the current tree, side by side, same config and data.
 
 Usage: uv run --no-sync python benchmarks/bench_train_cpu.py [--steps 3] [--repeats 1]
-           [--old a3b0be1] [--timeout_s 1800] [--work DIR] [--keep]
+           [--old a3b0be1] [--quickstart [--model DIR]] [--timeout_s 1800] [--work DIR] [--keep]
 
 Both run ``bash scripts/train.sh countdown_cpu base_model=smollm2_135m``, each with its own
 launcher and configs, on the quickstart's data (generated Countdown, few-shot template, 512 train
 rows, built once, offline) and SmolLM2-135M-Instruct (``scripts/build_model.py smollm2``), for
 ``--steps`` training steps with no validation and no checkpoint, so only steps are timed. The old
 commit runs from a ``git worktree`` in the work folder, on this environment's python (removed at
-the end). Repetitions alternate which side goes first. Each launch has a hard timeout and its own
-Ray temp dir, and only that Ray's leftover processes are cleaned up.
+the end). With ``--quickstart`` both run the quickstart's GRPO instead: ``countdown_smollm2_cpu``
+(4 prompts x 16 responses of up to 24 tokens) on its data (bench_grpo_vs_trl.QUICKSTART_DATA),
+from ``--model`` (a quickstart run's SFT model, say). Repetitions alternate which side goes
+first. Each launch has a hard timeout and its own Ray temp dir, and only that Ray's leftover
+processes are cleaned up.
 
 Per-step metrics come from each run's structured records: the current tree's ``metrics.jsonl``
 (verl's file logger, ``rlvr.report.metrics_log.read_steps``) and, for a commit without it (such as
@@ -69,6 +72,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--work", default=None, help="work folder (default: a new temp folder, removed after)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, data)")
+    parser.add_argument(
+        "--quickstart",
+        action="store_true",
+        help="time the quickstart's GRPO (countdown_smollm2_cpu on its data) instead",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=MODEL_DIR, help="the model both sides start from"
+    )
     args = parser.parse_args(argv)
     if args.steps < 2 or args.repeats < 1:
         parser.error("--steps must be >= 2 (the first step is warm-up) and --repeats >= 1")
@@ -134,6 +145,7 @@ def remove_worktree(folder: Path) -> None:
 
 #: The launch's experiment and its overrides, its run name (bench_grpo_vs_trl passes others).
 EXPERIMENT = ("countdown_cpu", "base_model=smollm2_135m")
+QUICKSTART_EXPERIMENT = ("countdown_smollm2_cpu",)
 RUN_NAME = "bench_train_cpu"
 
 
@@ -154,6 +166,9 @@ def launch(
         **os.environ,
         "PYTHONPATH": str(tree),  # that tree's rlvr, also in the Ray workers
         "UV_PROJECT_ENVIRONMENT": str(Path(sys.executable).parents[1]),  # this environment
+        # as synced: the old tree's launcher would otherwise `uv sync` this environment to its
+        # lock and point its editable install at the worktree, which is removed at the end
+        "RLVR_UV_SYNCED": str(tree),
         "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
         "RLVR_LOG_DIR": str(out / "logs"),
         "WANDB_MODE": "offline",
@@ -219,7 +234,8 @@ def run_side(
 ) -> Run:
     out = work / "runs" / f"{side}_{repeat}"
     print(f"== {side} #{repeat + 1}: {args.steps} steps from {tree}", flush=True)
-    seconds = launch(tree, out, data, args.steps, args.timeout_s)
+    experiment = QUICKSTART_EXPERIMENT if args.quickstart else EXPERIMENT
+    seconds = launch(tree, out, data, args.steps, args.timeout_s, experiment, args.model)
     rows = read_rows(out)
     if sorted(rows) != list(range(1, args.steps + 1)):
         raise SystemExit(f"{out}: steps {sorted(rows)}, expected 1..{args.steps}")
@@ -276,7 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     old_tree = work / "old"
     runs: list[Run] = []
     try:
-        data = prepare_inputs(work)
+        if args.quickstart:
+            from bench_grpo_vs_trl import QUICKSTART_DATA  # it imports this module at its top
+
+            data = prepare_data(work, QUICKSTART_DATA, "the quickstart's plain template")
+            if args.model == MODEL_DIR:
+                build_model()
+        else:
+            data = prepare_inputs(work)
         add_worktree(args.old, old_tree)
         for repeat in range(args.repeats):
             order = [("old", old_tree), ("new", ROOT)]
