@@ -18,7 +18,8 @@ from rlvr.evaluation.records import CheckLine, GradedSample, JSONDict
 from rlvr.models.hub import HUB_ID, config_problem, index_problem, looks_local, read_json
 from rlvr.train.lora_merge import ADAPTER_DIR, MergeError, adapter_rank, weight_state
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json")  # what an adapter folder may save
+TOKENIZER_FILES = (*TOKENIZER_JSON, "tokenizer.model", "vocab.json")
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,7 @@ class ModelSource:
         """Where it was given; else the adapter's own, if saved; else beside the weights."""
         if self.tokenizer is not None:
             return self.tokenizer
-        saved = any(
-            (Path(self.path) / n).exists() for n in ("tokenizer.json", "tokenizer_config.json")
-        )
+        saved = any((Path(self.path) / name).exists() for name in TOKENIZER_JSON)
         return self.path if saved else self.weights_path
 
 
