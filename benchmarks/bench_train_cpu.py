@@ -118,13 +118,6 @@ def build_model() -> Path:
     return MODEL_DIR
 
 
-def prepare_inputs(work: Path) -> Path:
-    """The quickstart's data and the SmolLM2 model, once, offline; returns the data folder."""
-    data = prepare_data(work)
-    build_model()
-    return data
-
-
 def add_worktree(commit: str, folder: Path) -> Path:
     print(f"== old code: git worktree add {folder} {commit}", flush=True)
     _checked(["git", "worktree", "add", "--detach", str(folder), commit], ROOT, 120)
@@ -296,10 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench_grpo_vs_trl import QUICKSTART_DATA  # it imports this module at its top
 
             data = prepare_data(work, QUICKSTART_DATA, "the quickstart's plain template")
-            if args.model == MODEL_DIR:
-                build_model()
         else:
-            data = prepare_inputs(work)
+            data = prepare_data(work)
+        if args.model == MODEL_DIR:  # built offline once; a --model folder is used as given
+            build_model()
         add_worktree(args.old, old_tree)
         for repeat in range(args.repeats):
             order = [("old", old_tree), ("new", ROOT)]
