@@ -25,6 +25,7 @@ from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.hub import HUB_ID
 from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
+from rlvr.models.sampling import inverse_cdf_sampling
 
 
 @dataclass
@@ -193,7 +194,8 @@ class HFBackend:
         width = max(len(ids) for ids in prompts)
         input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for ids in prompts])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
-        recorder = _RawLogprobs()
+        recorder = _RawLogprobs()  # first: it reads the raw scores the sampler then replaces
+        config, samplers = inverse_cdf_sampling(self._config(sampling))
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         # n samples of a prompt share one prefill (jobs come grouped by prompt)
         if self.prefills is not None:
@@ -204,8 +206,8 @@ class HFBackend:
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=mask,
-                generation_config=self._config(sampling),
-                logits_processor=LogitsProcessorList([recorder]),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder, *samplers]),
                 use_model_defaults=False,
                 **({"past_key_values": cache} if cache is not None else {}),
             )
