@@ -387,12 +387,15 @@ def test_hf_rollout_generates_like_plain_generate(
 
 
 @pytest.mark.no_cuda
+@pytest.mark.parametrize("run_seed", [None, 7], ids=["default_seed", "engine_kwargs_seed"])
 def test_hf_rollout_shares_prompts_and_returns_log_probs(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
+    tmp_path, monkeypatch: pytest.MonkeyPatch, run_seed: int | None
 ) -> None:
     """Repeated prompts (prefilled once, left padding trimmed) sample what plain ``generate``
-    samples with the same seed (the rollout's own, per rank and call), the output keeps verl's widths, and ``rollout_log_probs`` and the
-    entropies equal a recompute as verl's actor does it (``log_softmax(logits / T)``)."""
+    samples with the same seed (the rollout's own: the run's ``engine_kwargs.hf.seed``, else
+    ``SAMPLING_SEED``, per rank and call), the output keeps verl's widths, and
+    ``rollout_log_probs`` and the entropies equal a recompute as verl's actor does it
+    (``log_softmax(logits / T)``)."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
@@ -400,7 +403,7 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
     from rlvr.cpu import compat as cpu_compat
-    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY, sampling_seed
+    from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY, SAMPLING_SEED, sampling_seed
     from rlvr.models.sampling import InverseCdfSampler
     from rlvr.models.tiny import build_model
 
@@ -408,8 +411,9 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     cpu_compat._no_cpu_autocast()
     monkeypatch.setattr(torch.cpu, "empty_cache", lambda: None, raising=False)
     path = build_model(tmp_path / "m", seed=3)
+    engine = {} if run_seed is None else {"engine_kwargs": {"hf": {"seed": run_seed}}}
     rollout = _rollout(path, response_length=10, prompt_length=24, temperature=0.8,
-                       calculate_log_probs=True)  # fmt: skip
+                       calculate_log_probs=True, **engine)  # fmt: skip
     batch = _grpo_micro_batch(200)
     ids, mask = batch["input_ids"][:, :16], batch["attention_mask"][:, :16]
     positions = batch["position_ids"][:, :16]
@@ -421,7 +425,8 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     before = torch.get_rng_state()
     out = rollout.generate_sequences(prompts)
     assert torch.equal(torch.get_rng_state(), before)  # its own stream: the global one untouched
-    torch.manual_seed(sampling_seed(rank=0, call=1))  # the stream the rollout sampled from
+    base = SAMPLING_SEED if run_seed is None else run_seed
+    torch.manual_seed(sampling_seed(rank=0, call=1, base=base))  # the stream it sampled from
     model = AutoModelForCausalLM.from_pretrained(path)
     # sampled as the rollout samples: rlvr/models/sampling.py (tests/test_sampling.py)
     kwargs = {"do_sample": False, "logits_processor": [InverseCdfSampler(0.8)]}

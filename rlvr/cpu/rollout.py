@@ -50,12 +50,22 @@ from rlvr.models.sampling import inverse_cdf_sampling
 # ``actor/entropy`` metric that verl 0.6.1 computes only in the old-log-prob pass.
 ROLLOUT_ENTROPY_KEY = "rlvr_rollout_entropy"
 _PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
-SAMPLING_SEED = 1000  # verl seeds its vLLM/SGLang rollouts with 1000 + rank (fsdp_workers.py)
+# The base of the sampling streams when the config names none (verl seeds its vLLM/SGLang rollouts
+# with 1000 + rank, fsdp_workers.py); a run sets its own as actor_rollout_ref.rollout.engine_kwargs
+# .hf.seed (configs/rehearsal/cpu.yaml), the engine's own knob, as vLLM's seed is vLLM's.
+SAMPLING_SEED = 1000
 
 
-def sampling_seed(rank: int, call: int) -> int:
-    """The seed of a rank's ``call``-th generation (1-based)."""
-    return SAMPLING_SEED + 100_003 * rank + call
+def sampling_seed(rank: int, call: int, base: int = SAMPLING_SEED) -> int:
+    """The seed of a rank's ``call``-th generation (1-based), from the run's base seed."""
+    return base + 100_003 * rank + call
+
+
+def configured_seed(config: Any) -> int:
+    """The rollout config's ``engine_kwargs.hf.seed``, or ``SAMPLING_SEED`` when unset."""
+    engine = (config.get("engine_kwargs") or {}).get("hf") or {}
+    seed = engine.get("seed")
+    return SAMPLING_SEED if seed is None else int(seed)
 
 
 def _without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
@@ -101,6 +111,7 @@ class HFSyncRollout(HFRollout):
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}
         self._calls = 0  # generate_sequences calls: with the rank, the sampling seed
+        self._seed = configured_seed(config)
 
     async def resume(self, tags: list[str]) -> None:
         """Weights and cache live in host memory the whole time: nothing to bring back."""
@@ -165,14 +176,14 @@ class HFSyncRollout(HFRollout):
                 state[target].copy_(original + scale * (lora_b @ lora_a).to(original.dtype))
 
     def generate_sequences(self, prompts: Any) -> Any:
-        # Each rank samples from a stream seeded by (rank, call): the same rank draws the same
-        # tokens whatever the sharding and whatever used the global RNG before (FSDP's
+        # Each rank samples from a stream seeded by (run seed, rank, call): the same rank draws the
+        # same tokens whatever the sharding and whatever used the global RNG before (FSDP's
         # initialisation differs between topologies), so the rehearsal can compare two
         # topologies' step 1, and a CPU run is reproducible.
         self._calls += 1
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sampling_seed(rank, self._calls))
+            torch.manual_seed(sampling_seed(rank, self._calls, self._seed))
             output = super().generate_sequences(prompts)
         self.module.eval()  # HFRollout flips the module back to train mode after generating
         return output
