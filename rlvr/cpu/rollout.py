@@ -43,6 +43,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
 from rlvr.models.attention import register as register_grouped_sdpa
+from rlvr.models.kv_cache import with_room
 from rlvr.models.prefill import shared_prompt_cache
 from rlvr.models.sampling import inverse_cdf_sampling
 
@@ -250,8 +251,8 @@ class HFSyncRollout(HFRollout):
         if samplers:  # rlvr/models/sampling.py: the same draw without multinomial's cost
             kwargs.update(generation_config=config, do_sample=False, logits_processor=samplers)
         cache = shared_prompt_cache(self.module, kwargs["input_ids"], kwargs["attention_mask"])
-        if cache is not None:
-            kwargs["past_key_values"] = cache
+        if cache is not None:  # each decoding step writes in place (rlvr/models/kv_cache.py)
+            kwargs["past_key_values"] = with_room(cache, int(kwargs.get("max_new_tokens") or 0))
         output = self._generate(**kwargs)
         if self._keep_logits:
             self._raw_logits = tuple(output.logits)

@@ -24,6 +24,7 @@ from rlvr.evaluation.model import ModelSource, check_context, generation_config_
 from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
 from rlvr.models.hub import HUB_ID
+from rlvr.models.kv_cache import with_room
 from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
 from rlvr.models.sampling import inverse_cdf_sampling
 
@@ -202,6 +203,8 @@ class HFBackend:
             cache = self.prefills.cache(prompts)
         else:
             cache = shared_prompt_cache(self.model, input_ids, mask)
+        if cache is not None:  # each decoding step writes in place (rlvr/models/kv_cache.py)
+            cache = with_room(cache, sampling.max_tokens)
         with torch.no_grad():
             sequences = self.model.generate(
                 input_ids=input_ids,
