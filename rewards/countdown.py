@@ -71,6 +71,17 @@ def task_text(numbers: Iterable[int], target: int) -> str:
     return f"Using the numbers {listed}, reach the target number {int(target)}. {RULES}"
 
 
+def compact_task_text(numbers: Iterable[int], target: int) -> str:
+    """The same task and rules in one short sentence (the ``compact`` template): 63 prompt tokens
+    with SmolLM2's chat template against ``task_text``'s 103, for the small CPU recipe, where
+    every stage computes the prompt and the SFT warm start teaches the format by example."""
+    listed = ", ".join(str(int(n)) for n in numbers)
+    return (
+        f"Use {listed} once each with + - * / to make {int(target)}. "
+        f"Answer in {ANSWER_OPEN} {ANSWER_CLOSE} tags."
+    )
+
+
 # --- grading ------------------------------------------------------------------------------------
 
 #: Longest answer (characters) that is parsed; longer ones are invalid. Real answers for up to six
