@@ -47,9 +47,10 @@ class InverseCdfSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, chosen, 0.0)
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
+def draw(probs: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """One index per row of ``probs`` (rows, vocabulary), drawn with probability proportional to
-    its entry, from torch's default generator; shape (rows, 1). Zero entries are never drawn."""
+    its entry, from ``uniforms`` (rows, 1) in [0, 1), float64, or else torch's default generator;
+    shape (rows, 1). Zero entries are never drawn."""
     import torch
 
     rows, vocabulary = probs.shape
@@ -64,7 +65,9 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(total).all() and (total > 0).all()):
         # what torch.multinomial refuses too
         raise RuntimeError("probability tensor contains either inf, nan or element < 0")
-    target = torch.rand((rows, 1), dtype=torch.float64, device=probs.device) * total
+    if uniforms is None:
+        uniforms = torch.rand((rows, 1), dtype=torch.float64, device=probs.device)
+    target = uniforms * total
     block = _first_above(ends, target)
     # the exact sum before the block (ends[block - 1]): the target is never below it
     starts = torch.nn.functional.pad(ends[:, :-1], (1, 0))
