@@ -2,7 +2,7 @@
 
 Usage: uv run scripts/quickstart_report.py --out DIR --greedy SFT GRPO --sampled SFT GRPO
            --base BASE --metrics RUN/metrics.jsonl --run RUN [--probe RUN] [--experiment NAME]
-           [--steps N] [--seconds S] [--stage_times FILE]
+           [--steps N] [--seed N] [--seconds S] [--stage_times FILE]
 
 The headline is sampled pass@1 (correct answers) of the GRPO model against the SFT model it
 started from, paired over prompts (per-prompt mean after minus before; Student t 95% interval,
@@ -10,10 +10,12 @@ rlvr/evaluation/paired.py); greedy pass@1 and format rate beside it. SFT's own g
 model against the base model, sampled) is reported separately. Runs on different prompts or with
 different sampling are refused (exit code 2). Builds the GRPO run's report (RUN/report.md, its
 alarms: docs/REPORT.md; near its top a "Held-out change" section: these intervals and whether
-they exclude zero) and prints its verdict; prints the stage times scripts/stages.sh recorded
+they exclude zero) and prints its verdict; prints the training reward's first and last quarter
+(critic/score/mean of the training batches, mean over each quarter of the steps); prints the
+stage times scripts/stages.sh recorded
 (DIR/stage_times.jsonl: seconds and share of the total); writes DIR/reward_curve.png and
 DIR/quickstart_report.json (sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired,
-held_out_verdict, stage_seconds, eval_tokens_per_second, ...).
+held_out_verdict, training_score, seed, stage_seconds, eval_tokens_per_second, ...).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
 from rlvr.evaluation.statistics import held_out_section, interval_verdict
 from rlvr.report import ReportError, build
-from rlvr.report.curves import plot_reward_curve
+from rlvr.report.curves import plot_reward_curve, quarter_means, training_reward
 from rlvr.report.stage_times import (
     STAGE_TIMES_FILE,
     read_stage_times,
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--probe", help="the analyse run whose verdict was printed before GRPO")
     add("--experiment", default="", help="the GRPO experiment (recorded)")
     add("--steps", type=int, default=0, help="GRPO steps trained (recorded)")
+    add("--seed", type=int, default=None, help="the run's seed, quickstart.sh --seed (recorded)")
     add("--seconds", type=int, default=0, help="wall time so far (recorded)")
     add("--stage_times", help=f"scripts/stages.sh's stage times (default: OUT/{STAGE_TIMES_FILE})")
     return parser
@@ -116,6 +119,7 @@ def report_json(
     return {
         "experiment": args.experiment,
         "steps": args.steps,
+        "seed": args.seed,
         "seconds": args.seconds,
         "probe_verdict": verdict,
         "sampled_pass1_before": sampled["success"].before,
@@ -169,6 +173,23 @@ def timing(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def training_rise(metrics: Path) -> dict[str, float | int] | None:
+    """Print the training reward's first and last quarter means; their JSON, or None when the run
+    logged under 4 steps (or no metrics file)."""
+    try:
+        quarters = quarter_means(training_reward(metrics))
+    except (OSError, ValueError):
+        quarters = None
+    if quarters is None:
+        print("training reward: under 4 steps logged, no quarters to compare")
+        return None
+    print(
+        f"training reward (critic/score/mean, {quarters.steps} step(s) a quarter): first quarter "
+        f"{quarters.first:.3f} -> last quarter {quarters.last:.3f} ({quarters.rise:+.3f})"
+    )
+    return quarters.to_json()
+
+
 def run_alarms(run: str, preamble: list[str]) -> list[str]:
     """Build the GRPO run's report (report.md with ``preamble`` near its top, figures) and print
     its verdict; the fired keys."""
@@ -212,7 +233,7 @@ def write_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"error: report: {exc}", file=sys.stderr)
         return 2
-    curve = ""
+    curve, rise = "", training_rise(Path(args.metrics))
     try:
         curve = str(plot_reward_curve(Path(args.metrics), out / "reward_curve.png"))
         print(f"reward curve: {curve}")
@@ -224,7 +245,7 @@ def write_report(args: argparse.Namespace) -> int:
         print(f"no stage times: {exc}", file=sys.stderr)
         timed = {}
     summary = report_json(args, deltas, curve, alarms_fired)
-    summary |= {"held_out_verdict": headline, **timed}
+    summary |= {"held_out_verdict": headline, "training_score": rise, **timed}
     write_json_atomic(out / "quickstart_report.json", summary)
     print(f"report: {out / 'quickstart_report.json'}")
     return 0

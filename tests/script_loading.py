@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +16,8 @@ def load_file_module(name: str, path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # registered first, as importlib's recipe does: dataclasses look their module up there
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

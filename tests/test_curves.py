@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.report.curves import REWARD_KEY, CurveData, Series, moving_average, plot_reward_curve
+from rlvr.report.curves import (
+    REWARD_KEY,
+    CurveData,
+    Series,
+    moving_average,
+    plot_reward_curve,
+    quarter_means,
+)
 from rlvr.report.metrics_log import read_steps
 
 
@@ -60,3 +67,11 @@ def test_a_run_without_training_steps_has_no_curve(tmp_path: Path) -> None:
         plot_reward_curve(metrics, tmp_path / "curve.png")
     with pytest.raises(ValueError):
         plot_reward_curve(tmp_path / "missing.jsonl", tmp_path / "curve.png")
+
+
+def test_quarter_means_take_the_first_and_last_quarter_of_the_points() -> None:
+    series = Series("r", tuple((step, float(step)) for step in range(1, 10)))  # 9 points
+    quarters = quarter_means(series)
+    assert quarters is not None and quarters.steps == 2  # 9 // 4
+    assert (quarters.first, quarters.last, quarters.rise) == (1.5, 8.5, 7.0)
+    assert quarter_means(Series("r", ((1, 0.1), (2, 0.2), (3, 0.3)))) is None  # under 4

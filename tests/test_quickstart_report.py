@@ -94,6 +94,30 @@ def test_report_md_states_the_held_out_change_of_the_json(
     assert headline in section and headline in capsys.readouterr().out
 
 
+def test_the_seed_and_the_training_rewards_quarters_are_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quarters are recomputed here from the recorded run's metrics.jsonl (an independent
+    read of the same lines): first and last len // 4 training steps, their means."""
+    out, argv = quickstart_out(tmp_path, GAIN)
+    assert load_script().main([*argv, "--seed", "7"]) == 0
+    report = json.loads((out / "quickstart_report.json").read_text())
+    assert report["seed"] == 7
+    lines = (RECORDED_RUN / "metrics.jsonl").read_text().splitlines()
+    scores = [r["data"]["critic/score/mean"] for r in map(json.loads, lines) if r["step"] > 0]
+    quarter = len(scores) // 4
+    first, last = sum(scores[:quarter]) / quarter, sum(scores[-quarter:]) / quarter
+    assert report["training_score"] == pytest.approx(
+        {
+            "first_quarter": first,
+            "last_quarter": last,
+            "rise": last - first,
+            "steps_per_quarter": quarter,
+        }
+    )
+    assert f"first quarter {first:.3f} -> last quarter {last:.3f}" in capsys.readouterr().out
+
+
 def test_stage_times_are_printed_and_added_with_their_shares(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,6 +60,38 @@ def moving_average(series: Series, window: int) -> Series:
     return Series(f"{series.label} ({window}-step mean)", tuple(points))
 
 
+@dataclass(frozen=True)
+class Quarters:
+    """A series' first and last quarter means: whether the training reward rose over a run."""
+
+    first: float
+    last: float
+    steps: int  # points in each quarter
+
+    @property
+    def rise(self) -> float:
+        return self.last - self.first
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"first_quarter": self.first, "last_quarter": self.last, "rise": self.rise,
+                "steps_per_quarter": self.steps}  # fmt: skip
+
+
+def quarter_means(series: Series) -> Quarters | None:
+    """The mean of the first and of the last quarter of the points (``len // 4`` each); None
+    under 4 points."""
+    count = len(series.points) // 4
+    if count == 0:
+        return None
+    values = series.values
+    return Quarters(sum(values[:count]) / count, sum(values[-count:]) / count, count)
+
+
+def training_reward(metrics_path: Path) -> Series:
+    """``critic/score/mean`` per training step (step 0 is validation only)."""
+    return CurveData.of(read_steps(metrics_path)).reward
+
+
 def rate_series(steps: Sequence[StepRecord]) -> list[Series]:
     """Each validation rate (format, valid, acc) that the run logged, labelled by its part."""
     keys = sorted({key for record in steps for key in record.metrics if RATE_KEY.match(key)})
