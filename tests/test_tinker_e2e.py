@@ -24,7 +24,7 @@ from tuft_server import EXPERIMENT, RUN_TIMEOUT_S, TuftServer, launch_env, overr
 from rlvr.common.paths import ROOT
 from rlvr.report.metrics_log import read_log
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.extra("tinker")]
 
 
 @pytest.fixture(scope="module")

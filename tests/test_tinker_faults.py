@@ -34,7 +34,7 @@ from rlvr.tinker.recipe import TinkerRecipe
 from rlvr.tinker.service import TinkerRunError, service_client
 from rlvr.tinker.train import load_tokenizer, start_training
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.extra("tinker")]
 
 
 def preflight(
