@@ -172,7 +172,7 @@ def tuft_losses(
     import json
     import subprocess
 
-    from tuft_server import ensure_env
+    from rlvr.tinker.tuft_env import ensure_env
 
     specs = [{"datums": [vars(i) for i in batch], "current": current} for batch in batches]
     done = subprocess.run([str(ensure_env()), "-c", TUFT_LOSS], input=json.dumps(specs),

@@ -1,9 +1,9 @@
 """TuFT 0.2.2's real server on 127.0.0.1, in its CPU test mode, for the Tinker tests.
 
-Its environment is its own (tests/data/tuft_cpu_requirements.txt, built once and cached by
-rlvr/common/side_env.py): TuFT pins torch 2.11, transformers 5 and vllm 0.24, which cannot
-share the project's environment. torch, which this mode still imports, comes from the project's
-environment through a .pth file placed after the server's own packages.
+Its environment is the one rlvr/tinker/tuft_env.py builds (once, cached): TuFT pins torch 2.11,
+transformers 5 and vllm 0.24, which cannot share the project's environment. torch, which this
+mode still imports, comes from the project's environment through a .pth file placed after the
+server's own packages.
 
 What the mode proves and what it does not: ``TUFT_CPU_TEST=1`` swaps TuFT's model for
 ``DummySamplingBackend`` (each sample counts up from the prompt's last token; log prob -0.3 per
@@ -27,24 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.common.side_env import ensure_side_env, side_env_dir
+from rlvr.tinker.tuft_env import CPU_TEST_ENV, ensure_env
 
-REQUIREMENTS = Path(__file__).parent / "data" / "tuft_cpu_requirements.txt"
-TUFT = "tuft==0.2.2"
 API_KEY = "tml-rlvr-test"  # the tinker SDK refuses keys without the tml- prefix
 MAX_LORA_RANK = 32
 EXPERIMENT = "countdown_qwen3_4b_tinker"
 RUN_TIMEOUT_S = 180  # one launcher run against the server, a hard limit
-
-
-def env_dir() -> Path:
-    return side_env_dir("tuft-0.2.2", REQUIREMENTS.read_bytes() + TUFT.encode(), "RLVR_TUFT_ENV")
-
-
-def ensure_env() -> Path:
-    """The server's environment, built when missing or half built; its python."""
-    installs = [["-r", str(REQUIREMENTS)], ["--no-deps", TUFT]]
-    return ensure_side_env(env_dir(), installs, TUFT)
 
 
 def _die_with_parent() -> None:
@@ -89,7 +77,7 @@ def tuft_server(model_dir: Path, work: Path, timeout_s: float = 120) -> Iterator
     log = work / "tuft.log"
     command = [str(python), "-m", "tuft", "launch", "--host", "127.0.0.1", "--port", str(port),
                "--config", str(config), "--checkpoint-dir", str(work / "checkpoints")]  # fmt: skip
-    env = {**os.environ, "TUFT_CPU_TEST": "1", "PYTHONNOUSERSITE": "1"}
+    env = {**os.environ, **CPU_TEST_ENV, "PYTHONNOUSERSITE": "1"}
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
                                    start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
