@@ -23,7 +23,7 @@ from rlvr.common.messages import first_line
 from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
 from rlvr.report.metrics_log import drop_torn_tail
 from rlvr.report.run_plan import write_run_plan
-from rlvr.tinker.recipe import TinkerRecipe
+from rlvr.tinker.recipe import RecipeError, TinkerRecipe
 from rlvr.tinker.run_folder import (
     PEFT_CONFIG,
     checkpoints,
@@ -191,7 +191,12 @@ def run(experiment: str, log: Path, overrides: Sequence[str]) -> int:
     from rlvr.report.references import plan_fields
 
     config = compose(experiment, list(overrides))
-    recipe = TinkerRecipe.from_config(config)
+    try:
+        recipe = TinkerRecipe.from_config(config)
+    except RecipeError as exc:  # pre-flight refuses these first; a direct call gets them too
+        for problem in exc.problems:
+            print(f"{NAME}: error: {problem}", file=sys.stderr)
+        return 2
     with teed(log):
         print(f"{NAME}: {experiment}: {recipe.model}, LoRA rank {recipe.lora_rank}, lr "
               f"{recipe.learning_rate:g}, {recipe.batch_prompts} prompts x {recipe.group_size}, "
