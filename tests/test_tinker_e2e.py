@@ -73,6 +73,9 @@ def test_train_two_steps_resume_a_third_after_a_kill(server: TuftServer, work: P
     report = (run_dir / "report.md").read_text()
     assert "Alarms:" in report
     assert (run_dir / "adapter/metadata.json").is_file()  # the last checkpoint, downloaded
+    # The launcher's supervisor teed the loop's output to the run's log, as it does verl's.
+    launch_log = Path(first.stdout.split("log: ", 1)[1].split("\n", 1)[0])
+    assert "tinker: step 2/2, score" in launch_log.read_text()
 
     # A third step: started, killed (the whole process group, no clean-up), started again.
     command = ["bash", str(ROOT / "scripts/train.sh"), EXPERIMENT, *overrides(work, "resumed", 3)]

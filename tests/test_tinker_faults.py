@@ -232,7 +232,7 @@ def test_ctrl_c_stops_cleanly_and_says_where_a_rerun_resumes(
 
     monkeypatch.setattr(loop, "log_metrics", then_ctrl_c)
     run = overrides(tinker_dir, "interrupted", 50, "trainer.test_freq=-1")
-    code = train.run(EXPERIMENT, tinker_dir / "logs/interrupted.log", run)
+    code = train.run(EXPERIMENT, run)
     err = capsys.readouterr().err
     assert code == 130
     assert "tinker: stopped; run the same command again to resume from step 2" in err

@@ -1,9 +1,10 @@
 """A Tinker experiment's run, what ``scripts/train.sh`` runs for one once pre-flight has passed
-(through ``rlvr.train.launch``): connect, resume from the run folder's last checkpoint if it has
-one, train (rlvr.tinker.loop), write the run report, and download the last checkpoint's LoRA
-adapter into the run folder.
+(through ``rlvr.train.launch``, whose supervisor tees its output to the run's log as it does
+verl's driver's): connect, resume from the run folder's last checkpoint if it has one, train
+(rlvr.tinker.loop), write the run report, and download the last checkpoint's LoRA adapter into
+the run folder.
 
-Usage: python -m rlvr.tinker.train EXPERIMENT LOG [hydra overrides...]
+Usage: python -m rlvr.tinker.train EXPERIMENT [hydra overrides...]
 
 Any failure the run stops on is one line naming the cause and the fix (exit 1); Ctrl-C, SIGTERM
 or SIGHUP stop it between two writes, say from which step a rerun resumes, and exit 128 + the
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rlvr.common.messages import first_line
 from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
+from rlvr.common.supervision import stop_with_parent
 from rlvr.report.metrics_log import drop_torn_tail
 from rlvr.report.run_plan import write_run_plan
 from rlvr.tinker.recipe import RecipeError, TinkerRecipe
@@ -33,34 +34,6 @@ from rlvr.tinker.run_folder import (
 from rlvr.tinker.service import TinkerRunError, retried, service_client
 
 NAME = "tinker"
-
-
-class _Tee:
-    """Writes to the console and the run's log."""
-
-    def __init__(self, *streams: TextIO) -> None:
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        for stream in self.streams:
-            stream.flush()
-
-
-@contextmanager
-def teed(log: Path) -> Iterator[None]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as handle:
-        out, err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(out, handle), _Tee(err, handle)
-        try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = out, err
 
 
 def load_tokenizer(model: str) -> Any:
@@ -186,7 +159,7 @@ def write_report(recipe: TinkerRecipe) -> None:
     print(f"{NAME}: report {report.path} ({len(report.fired)} alarms fired)", flush=True)
 
 
-def run(experiment: str, log: Path, overrides: Sequence[str]) -> int:
+def run(experiment: str, overrides: Sequence[str]) -> int:
     from rlvr.config.compose import compose
     from rlvr.report.references import plan_fields
 
@@ -197,34 +170,34 @@ def run(experiment: str, log: Path, overrides: Sequence[str]) -> int:
         for problem in exc.problems:
             print(f"{NAME}: error: {problem}", file=sys.stderr)
         return 2
-    with teed(log):
-        print(f"{NAME}: {experiment}: {recipe.model}, LoRA rank {recipe.lora_rank}, lr "
-              f"{recipe.learning_rate:g}, {recipe.batch_prompts} prompts x {recipe.group_size}, "
-              f"{recipe.steps} steps -> {recipe.run_dir}", flush=True)  # fmt: skip
-        try:
-            with sigterm_as_interrupt():
-                code = train(recipe, plan_fields(config))
-        except TinkerRunError as exc:
-            print(f"{NAME}: error: {exc}", file=sys.stderr, flush=True)
-            code = 1
-        except KeyboardInterrupt as exc:
-            saved = checkpoints(recipe.run_dir)
-            where = f"step {saved[-1].step}" if saved else "the start"
-            print(f"{NAME}: stopped; run the same command again to resume from {where}",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            return 128 + interrupt_signal(exc)
-        if recipe.metrics_path.is_file():
-            write_report(recipe)
+    print(f"{NAME}: {experiment}: {recipe.model}, LoRA rank {recipe.lora_rank}, lr "
+          f"{recipe.learning_rate:g}, {recipe.batch_prompts} prompts x {recipe.group_size}, "
+          f"{recipe.steps} steps -> {recipe.run_dir}", flush=True)  # fmt: skip
+    try:
+        with sigterm_as_interrupt():
+            code = train(recipe, plan_fields(config))
+    except TinkerRunError as exc:
+        print(f"{NAME}: error: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    except KeyboardInterrupt as exc:
+        saved = checkpoints(recipe.run_dir)
+        where = f"step {saved[-1].step}" if saved else "the start"
+        print(f"{NAME}: stopped; run the same command again to resume from {where}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return 128 + interrupt_signal(exc)
+    if recipe.metrics_path.is_file():
+        write_report(recipe)
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] in ("-h", "--help"):
+    if not args or args[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if args and args[0] in ("-h", "--help") else 2
+        return 0 if args else 2
+    stop_with_parent()  # the launcher's supervisor asks: a run outlives no killed launcher
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return run(args[0], Path(args[1]), args[2:])
+    return run(args[0], args[1:])
 
 
 if __name__ == "__main__":
