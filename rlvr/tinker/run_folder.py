@@ -1,7 +1,9 @@
 """A Tinker run's folder, laid out as a verl run's so that the report, the sweep and eval read it
 unchanged (``trainer.default_local_dir``):
 
-    metrics.jsonl                    {"step": N, "data": {...}} per step, verl's metric names
+    metrics.jsonl                    {"step": N, "data": {...}} per step, verl's metric names,
+                                     written by verl's file logger (rlvr.tinker.tracking)
+    wandb_run_id.txt                 the run's WandB id, which a resumed run continues
     rollouts/<step>.jsonl            one line per sampled response, as verl's rollout dumps
     run_plan.json                    the planned steps, model and task (rlvr.report.run_plan)
     checkpoints.jsonl                one line per Tinker checkpoint: step, tinker:// paths
@@ -60,12 +62,6 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
-
-
-def log_metrics(path: Path, step: int, metrics: Mapping[str, float]) -> None:
-    """The step's metrics as verl's ``file`` logger writes them (rlvr.report.metrics_log)."""
-    data = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-    append_line(path, {"step": step, "data": {k: v for k, v in data.items() if v is not None}})
 
 
 def dump_rollouts(folder: Path, step: int, rows: list[dict[str, Any]]) -> None:

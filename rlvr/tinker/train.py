@@ -22,16 +22,17 @@ from typing import Any
 from rlvr.common.messages import first_line
 from rlvr.common.signals import interrupt_signal, sigterm_as_interrupt
 from rlvr.common.supervision import stop_with_parent
-from rlvr.report.metrics_log import drop_torn_tail
 from rlvr.report.run_plan import write_run_plan
 from rlvr.tinker.recipe import RecipeError, TinkerRecipe
 from rlvr.tinker.run_folder import (
     PEFT_CONFIG,
+    Checkpoint,
     checkpoints,
     identity_problem,
     store_adapter,
 )
 from rlvr.tinker.service import TinkerRunError, retried, service_client
+from rlvr.tinker.tracking import run_log
 
 NAME = "tinker"
 
@@ -49,16 +50,22 @@ def load_tokenizer(model: str) -> Any:
         ) from None
 
 
-def start_training(recipe: TinkerRecipe, service: Any) -> tuple[Any, int]:
-    """The training client and the last step already trained: from the run folder's newest
-    checkpoint (weights and optimizer), or a new LoRA adapter at step 0."""
+def last_checkpoint(recipe: TinkerRecipe) -> Checkpoint | None:
+    """The run folder's newest checkpoint, refused when it was trained as another model or
+    rank (resuming from it would continue another run)."""
     if (problem := identity_problem(recipe.run_dir, recipe.model, recipe.lora_rank)) is not None:
         raise TinkerRunError(problem)
     saved = checkpoints(recipe.run_dir)
+    return saved[-1] if saved else None
+
+
+def start_training(recipe: TinkerRecipe, service: Any) -> tuple[Any, int]:
+    """The training client and the last step already trained: from the run folder's newest
+    checkpoint (weights and optimizer), or a new LoRA adapter at step 0."""
+    last = last_checkpoint(recipe)
     attempts, backoff = recipe.max_retries + 1, recipe.backoff_s
     wait = recipe.request_timeout_s
-    if saved:
-        last = saved[-1]
+    if last is not None:
         print(f"{NAME}: resuming from step {last.step}: {last.state_path}", flush=True)
         client = retried(
             lambda: service.create_training_client_from_state_with_optimizer(last.state_path),
@@ -107,7 +114,6 @@ def train(recipe: TinkerRecipe, plan: dict[str, Any]) -> int:
     from rlvr.tinker.problems import grader, load_problems
 
     recipe.run_dir.mkdir(parents=True, exist_ok=True)
-    drop_torn_tail(recipe.metrics_path)
     tokenizer = load_tokenizer(recipe.model)
     try:
         train_rows = load_problems(
@@ -127,17 +133,12 @@ def train(recipe: TinkerRecipe, plan: dict[str, Any]) -> int:
     if start >= recipe.steps:
         print(f"{NAME}: step {start} of {recipe.steps} already trained; nothing to do", flush=True)
     else:
-        loop = TinkerLoop(
-            recipe,
-            training,
-            tokenizer,
-            grader(recipe.reward_path, recipe.reward_name, recipe.reward_kwargs),
-            train_rows,
-            val_rows,
-        )
-        loop.run(start)
-    adapter = fetch_adapter(recipe, service, training, recipe.steps)
-    print(f"{NAME}: adapter of step {max(start, recipe.steps)}: {adapter}", flush=True)
+        grade = grader(recipe.reward_path, recipe.reward_name, recipe.reward_kwargs)
+        with run_log(recipe, resuming=start > 0) as log:
+            TinkerLoop(recipe, training, tokenizer, grade, train_rows, val_rows, log).run(start)
+    step = max(start, recipe.steps)
+    adapter = fetch_adapter(recipe, service, training, step)
+    print(f"{NAME}: adapter of step {step}: {adapter}", flush=True)
     if not (adapter / PEFT_CONFIG).is_file():
         print(
             f"{NAME}: warning: {adapter} holds no {PEFT_CONFIG}: the server saved no PEFT "

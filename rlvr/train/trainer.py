@@ -46,10 +46,10 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from rlvr.common.checkpoints import saved_steps
 from rlvr.common.verl_guards import require_parameters
 from rlvr.preflight.run_identity import write_identity
+from rlvr.report.loggers import FILE_LOGGER_PATH_ENV, finish_wandb, plain
 from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
 from rlvr.report.references import plan_fields
 from rlvr.report.run_plan import write_run_plan
-from rlvr.report.loggers import FILE_LOGGER_PATH_ENV, finish_wandb, plain
 from rlvr.train.verl_patches import verl_as_the_recipes_run_it
 
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets VERL_FILE_LOGGER_PATH
