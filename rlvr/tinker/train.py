@@ -25,10 +25,13 @@ from rlvr.common.supervision import stop_with_parent
 from rlvr.report.run_plan import write_run_plan
 from rlvr.tinker.recipe import RecipeError, TinkerRecipe
 from rlvr.tinker.run_folder import (
+    ADAPTER_DIR,
     PEFT_CONFIG,
     Checkpoint,
+    adapter_step,
     checkpoints,
     identity_problem,
+    record_adapter,
     store_adapter,
 )
 from rlvr.tinker.service import TinkerRunError, retried, service_client
@@ -88,7 +91,8 @@ def start_training(recipe: TinkerRecipe, service: Any) -> tuple[Any, int]:
 
 
 def fetch_adapter(recipe: TinkerRecipe, service: Any, training: Any, step: int) -> Path:
-    """The trained adapter as sampler weights on the server, downloaded into the run folder."""
+    """The trained adapter as sampler weights on the server, downloaded into the run folder
+    and recorded as the adapter of ``step``."""
     name, wait = f"{recipe.experiment}_adapter_{step}", recipe.request_timeout_s
 
     def call(function: Any, doing: str) -> Any:
@@ -103,8 +107,18 @@ def fetch_adapter(recipe: TinkerRecipe, service: Any, training: Any, step: int) 
         lambda: rest.get_checkpoint_archive_url_from_tinker_path(saved.path).result(timeout=wait),
         "asking for the adapter's download address",
     )
-    return call(
+    adapter = call(
         lambda: store_adapter(str(archive.url), recipe.run_dir, wait), "downloading the adapter"
+    )
+    record_adapter(recipe.run_dir, step, str(saved.path))
+    return adapter
+
+
+def finished(recipe: TinkerRecipe) -> bool:
+    """Trained to its last step, whose adapter ``adapter/`` already holds: nothing to send."""
+    last = last_checkpoint(recipe)
+    return (
+        last is not None and last.step >= recipe.steps and adapter_step(recipe.run_dir) == last.step
     )
 
 
@@ -113,6 +127,10 @@ def train(recipe: TinkerRecipe, plan: dict[str, Any]) -> int:
     from rlvr.tinker.loop import TinkerLoop
     from rlvr.tinker.problems import grader, load_problems
 
+    if finished(recipe):
+        print(f"{NAME}: already trained, and its adapter is in {recipe.run_dir / ADAPTER_DIR}; "
+              "nothing to do", flush=True)  # fmt: skip
+        return 0
     recipe.run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(recipe.model)
     try:
@@ -131,7 +149,8 @@ def train(recipe: TinkerRecipe, plan: dict[str, Any]) -> int:
         recipe.metrics_path.parent, recipe.steps, recipe.experiment, recipe.run_dir, **plan
     )
     if start >= recipe.steps:
-        print(f"{NAME}: step {start} of {recipe.steps} already trained; nothing to do", flush=True)
+        print(f"{NAME}: step {start} of {recipe.steps} already trained; fetching its adapter",
+              flush=True)  # fmt: skip
     else:
         grade = grader(recipe.reward_path, recipe.reward_name, recipe.reward_kwargs)
         with run_log(recipe, resuming=start > 0) as log:
