@@ -90,3 +90,13 @@ def test_a_verl_whose_choice_of_generations_changed_is_refused(
     with pytest.raises(RuntimeError, match=f"update {tracking.OWNER}"):
         log.log_generations(["p"], ["a"], [1.0], 1)
     log.finish(0)
+
+
+def test_the_docs_list_the_names_a_verl_and_a_tinker_run_share() -> None:
+    """docs/TINKER.md's list is the one both e2e runs are checked against."""
+    from wandb_run_file import VERL_AND_TINKER_METRICS
+
+    text = (Path(__file__).resolve().parents[1] / "docs/TINKER.md").read_text()
+    block = text.split("**The metric names a verl run and a Tinker run share**", 1)[1]
+    listed = block.split("```text\n", 1)[1].split("```", 1)[0].split()
+    assert listed == sorted(listed) and set(listed) == set(VERL_AND_TINKER_METRICS)
