@@ -1,7 +1,7 @@
 """The Tinker recipe end to end against TuFT 0.2.2's real server on 127.0.0.1 (tests/tuft_server.py
 starts it in its CPU test mode, from rlvr/tinker/tuft_env.py's environment): ``bash
 scripts/train.sh`` for 2 steps on generated Countdown data, a third step after a resume and after
-a kill, a rerun of a finished run, and a 2x2 sweep with its figure. Every request goes through
+a kill, a rerun of the finished run, and a 2x2 sweep with its figure. Every request goes through
 TuFT's own request validation and futures: the server's log must show no failed future.
 
 WandB, offline, read back from wandb's own run files (tests/wandb_run_file.py) against the run
@@ -108,7 +108,50 @@ def ledger_steps(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines]
 
 
-def test_train_two_steps_resume_a_third_after_a_kill(server: TuftServer, work: Path) -> None:
+EXPORT, ARCHIVE = "POST /api/v1/save_weights_for_sampler", "/archive"
+
+
+def check_a_rerun_sends_nothing(
+    server: TuftServer, work: Path, name: str, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished run's rerun sends no export of the adapter and no request for its download
+    address: counted by a proxy in front of the server (which does count the rerun's pre-flight
+    requests), and in the server's own log (the export is a checkpoint save there). The
+    negative control: the same run with the adapter's record gone, in-process (the launcher's
+    run function, without its process start-ups), sends one of each."""
+    run_dir, port = work / "runs" / name, int(server.url.rsplit(":", 1)[1])
+    step = json.loads((run_dir / "adapter.json").read_text())["step"]
+    exported = f"/{name}_adapter_{step}\n"  # TuFT's "Checkpoint save begin" and "saved" lines
+    exports, runs = server.log.read_text().count(exported), len(wandb_runs(work, name))
+    assert exports >= 2
+    proxy = Proxy(port)
+    again = train(server, work, args, url=proxy.url)
+    proxy.cut()
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "already trained, and its adapter is in" in again.stdout
+    assert proxy.requests() != []  # pre-flight's went through it
+    assert [r for r in proxy.requests() if r == EXPORT or r.endswith(ARCHIVE)] == []
+    assert server.log.read_text().count(exported) == exports
+    assert len(wandb_runs(work, name)) == runs  # and no empty WandB run
+
+    from rlvr.tinker import train as tinker_train
+
+    (run_dir / "adapter.json").unlink()
+    control = Proxy(port)
+    for variable, value in launch_env(server, work).items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("TINKER_BASE_URL", control.url)
+    monkeypatch.setenv("WANDB_DIR", str(work / "logs"))
+    assert tinker_train.run(EXPERIMENT, args) == 0
+    control.cut()
+    sent = control.requests()
+    assert (sent.count(EXPORT), sum(r.endswith(ARCHIVE) for r in sent)) == (1, 1), sent
+    assert server.log.read_text().count(exported) == exports + 2
+
+
+def test_train_two_steps_resume_a_third_after_a_kill_rerun_it_finished(
+    server: TuftServer, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_dir = work / "runs/resumed"
     first = train(server, work, overrides(work, "resumed", 2))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -182,44 +225,7 @@ def test_train_two_steps_resume_a_third_after_a_kill(server: TuftServer, work: P
     server_log = server.log.read_text()
     assert "Future failed" not in server_log
     assert server_log.count("Future completed") >= 2 * 3  # forward_backward + optim_step a step
-
-
-EXPORT, ARCHIVE = "POST /api/v1/save_weights_for_sampler", "/archive"
-
-
-def test_a_rerun_of_a_finished_run_exports_and_downloads_nothing(
-    server: TuftServer, work: Path
-) -> None:
-    """A finished run's rerun sends no export of the adapter and no request for its download
-    address: counted by a proxy in front of the server (which does count the rerun's pre-flight
-    requests), and in the server's own log (the export is a checkpoint save there). The
-    negative control: the same rerun with the adapter's record gone sends one of each."""
-    run_dir, args = work / "runs/finished", overrides(work, "finished", 1)
-    first = train(server, work, args)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert json.loads((run_dir / "adapter.json").read_text())["step"] == 1
-    exports = server.log.read_text().count("/finished_adapter_1\n")
-    assert exports == 2  # TuFT's "Checkpoint save begin" and "Checkpoint saved" lines
-    port = int(server.url.rsplit(":", 1)[1])
-
-    proxy = Proxy(port)
-    again = train(server, work, args, url=proxy.url)
-    proxy.cut()
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "already trained, and its adapter is in" in again.stdout
-    assert proxy.requests() != []  # pre-flight's went through it
-    assert [r for r in proxy.requests() if r == EXPORT or r.endswith(ARCHIVE)] == []
-    assert server.log.read_text().count("/finished_adapter_1\n") == exports
-    assert len(wandb_runs(work, "finished")) == 1  # and no empty WandB run
-
-    (run_dir / "adapter.json").unlink()
-    control = Proxy(port)
-    third = train(server, work, args, url=control.url)
-    control.cut()
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    sent = control.requests()
-    assert (sent.count(EXPORT), sum(r.endswith(ARCHIVE) for r in sent)) == (1, 1), sent
-    assert server.log.read_text().count("/finished_adapter_1\n") == 2 * exports
+    check_a_rerun_sends_nothing(server, work, "resumed", overrides(work, "resumed", 3), monkeypatch)
 
 
 def test_sweep_of_lora_rank_and_lr_draws_the_reward_figure(server: TuftServer, work: Path) -> None:
