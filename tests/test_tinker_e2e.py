@@ -111,46 +111,44 @@ def ledger_steps(run_dir: Path) -> list[int]:
 EXPORT, ARCHIVE = "POST /api/v1/save_weights_for_sampler", "/archive"
 
 
+def rerun_through(proxy: Proxy, args: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The run again, in-process (the launcher's run function, as the dropped-connection test
+    calls the loop) with its requests through ``proxy``; the requests it sent."""
+    from rlvr.tinker import train as tinker_train
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TINKER_BASE_URL", proxy.url)
+        assert tinker_train.run(EXPERIMENT, args) == 0, capsys.readouterr().err[-3000:]
+    proxy.cut()
+    return proxy.requests()
+
+
 def check_a_rerun_sends_nothing(
-    server: TuftServer, work: Path, name: str, args: list[str], monkeypatch: pytest.MonkeyPatch
+    server: TuftServer, work: Path, name: str, args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A finished run's rerun sends no export of the adapter and no request for its download
-    address: counted by a proxy in front of the server (which does count the rerun's pre-flight
-    requests), and in the server's own log (the export is a checkpoint save there). The
-    negative control: the same run with the adapter's record gone, in-process (the launcher's
-    run function, without its process start-ups), sends one of each."""
+    address: counted by a proxy in front of the server and in the server's own log (the export
+    is a checkpoint save there). The negative control: the same rerun with the adapter's record
+    gone sends one of each."""
     run_dir, port = work / "runs" / name, int(server.url.rsplit(":", 1)[1])
     step = json.loads((run_dir / "adapter.json").read_text())["step"]
     exported = f"/{name}_adapter_{step}\n"  # TuFT's "Checkpoint save begin" and "saved" lines
     exports, runs = server.log.read_text().count(exported), len(wandb_runs(work, name))
     assert exports >= 2
-    proxy = Proxy(port)
-    again = train(server, work, args, url=proxy.url)
-    proxy.cut()
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "already trained, and its adapter is in" in again.stdout
-    assert proxy.requests() != []  # pre-flight's went through it
-    assert [r for r in proxy.requests() if r == EXPORT or r.endswith(ARCHIVE)] == []
+    sent = rerun_through(Proxy(port), args, capsys)
+    assert "already trained, and its adapter is in" in capsys.readouterr().out
+    assert [r for r in sent if r == EXPORT or r.endswith(ARCHIVE)] == []
     assert server.log.read_text().count(exported) == exports
     assert len(wandb_runs(work, name)) == runs  # and no empty WandB run
 
-    from rlvr.tinker import train as tinker_train
-
     (run_dir / "adapter.json").unlink()
-    control = Proxy(port)
-    for variable, value in launch_env(server, work).items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.setenv("TINKER_BASE_URL", control.url)
-    monkeypatch.setenv("WANDB_DIR", str(work / "logs"))
-    assert tinker_train.run(EXPERIMENT, args) == 0
-    control.cut()
-    sent = control.requests()
+    sent = rerun_through(Proxy(port), args, capsys)
     assert (sent.count(EXPORT), sum(r.endswith(ARCHIVE) for r in sent)) == (1, 1), sent
     assert server.log.read_text().count(exported) == exports + 2
 
 
 def test_train_two_steps_resume_a_third_after_a_kill_rerun_it_finished(
-    server: TuftServer, work: Path, monkeypatch: pytest.MonkeyPatch
+    server: TuftServer, work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     run_dir = work / "runs/resumed"
     first = train(server, work, overrides(work, "resumed", 2))
@@ -225,7 +223,10 @@ def test_train_two_steps_resume_a_third_after_a_kill_rerun_it_finished(
     server_log = server.log.read_text()
     assert "Future failed" not in server_log
     assert server_log.count("Future completed") >= 2 * 3  # forward_backward + optim_step a step
-    check_a_rerun_sends_nothing(server, work, "resumed", overrides(work, "resumed", 3), monkeypatch)
+    for variable, value in launch_env(server, work).items():  # as the launcher ran it
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("WANDB_DIR", str(work / "logs"))
+    check_a_rerun_sends_nothing(server, work, "resumed", overrides(work, "resumed", 3), capsys)
 
 
 def test_sweep_of_lora_rank_and_lr_draws_the_reward_figure(server: TuftServer, work: Path) -> None:
