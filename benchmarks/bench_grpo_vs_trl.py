@@ -51,11 +51,6 @@ from rlvr.common import processes
 ROOT = Path(__file__).resolve().parents[1]
 TRL_SCRIPT = Path(__file__).resolve().parent / "trl_grpo_step.py"
 RUN_NAME = "bench_grpo_vs_trl"
-#: scripts/quickstart.sh's data prep for SmolLM2 (DATA_ARGS, --train_size, --test_size);
-#: tests/test_bench_grpo_vs_trl.py checks they still are.
-QUICKSTART_DATA = ("--source", "generate", "--template", "plain", "--sft", "--num_range", "2,3",
-                   "--max_number", "10", "--target_range", "1,30",
-                   "--train_size", "1024", "--test_size", "96")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -260,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.work or Path(tempfile.mkdtemp(prefix="bench-grpo-vs-trl-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        data = verl_bench.prepare_data(work, QUICKSTART_DATA, "the quickstart's plain template")
+        data = verl_bench.prepare_data(
+            work, verl_bench.QUICKSTART_DATA, "the quickstart's plain template"
+        )
         if (
             args.model == verl_bench.MODEL_DIR.resolve()
             and not (args.model / "config.json").is_file()

@@ -9,7 +9,7 @@ rows, built once, offline) and SmolLM2-135M-Instruct (``scripts/build_model.py s
 ``--steps`` training steps with no validation and no checkpoint, so only steps are timed. The old
 commit runs from a ``git worktree`` in the work folder, on this environment's python (removed at
 the end). With ``--quickstart`` both run the quickstart's GRPO instead: ``countdown_smollm2_cpu``
-(4 prompts x 16 responses of up to 24 tokens) on its data (bench_grpo_vs_trl.QUICKSTART_DATA),
+(4 prompts x 16 responses of up to 24 tokens) on its data (QUICKSTART_DATA),
 from ``--model`` (a quickstart run's SFT model, say). Repetitions alternate which side goes
 first. Each launch has a hard timeout and its own Ray temp dir, and only that Ray's leftover
 processes are cleaned up.
@@ -94,10 +94,14 @@ def _checked(cmd: list[str], cwd: Path, timeout_s: float = PREP_TIMEOUT_S) -> No
         raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
 
 
-#: bench_train_cpu's data: generated Countdown, few-shot template (bench_grpo_vs_trl passes the
-#: quickstart's own flags instead).
+#: bench_train_cpu's data: generated Countdown, few-shot template.
 FEWSHOT_DATA = ("--source", "generate", "--template", "fewshot",
                 "--train_size", "512", "--test_size", "32")  # fmt: skip
+#: scripts/quickstart.sh's data prep for SmolLM2 (DATA_ARGS, --train_size, --test_size), for
+#: --quickstart and bench_grpo_vs_trl; tests/test_bench_grpo_vs_trl.py checks they still are.
+QUICKSTART_DATA = ("--source", "generate", "--template", "plain", "--sft", "--num_range", "2,3",
+                   "--max_number", "10", "--target_range", "1,30",
+                   "--train_size", "1024", "--test_size", "96")  # fmt: skip
 
 
 def prepare_data(
@@ -286,8 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     try:
         if args.quickstart:
-            from bench_grpo_vs_trl import QUICKSTART_DATA  # it imports this module at its top
-
             data = prepare_data(work, QUICKSTART_DATA, "the quickstart's plain template")
         else:
             data = prepare_data(work)

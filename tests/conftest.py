@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib.util
 import os
 import signal
 import tempfile
@@ -128,10 +129,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("slow"))
 
 
+#: The extras scripts/test.sh synced (comma-separated), set by it and so in CI: a test needing
+#: one of them fails when it is missing there, where it would be skipped after a plain sync.
+REQUIRED_EXTRAS_ENV = "RLVR_REQUIRE_EXTRAS"
+
+
+def missing_extra(extra: str, module: str, required: str) -> tuple[bool, str] | None:
+    """None when ``module`` (what the ``extra`` installs) imports; else whether its tests must
+    fail rather than skip (``extra`` is one of ``required``), and the one line saying so."""
+    if importlib.util.find_spec(module) is not None:
+        return None
+    line = f"needs the {extra} extra ({module} is not installed): uv sync --extra {extra}"
+    return extra in required.split(","), line
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """``@pytest.mark.no_cuda``: the test exercises what happens without CUDA (the CPU fixes,
+    """``@pytest.mark.extra(NAME[, module])``: the test needs an optional extra of
+    pyproject.toml; without it, a skip naming the install command (a fail under
+    scripts/test.sh, which syncs the extras: there they always run).
+
+    ``@pytest.mark.no_cuda``: the test exercises what happens without CUDA (the CPU fixes,
     the HF backend picked by ``auto``, the quickstart's CPU path); where CUDA is available the
     code takes its GPU path instead, so the test is skipped rather than failed."""
+    for marker in item.iter_markers("extra"):
+        extra = str(marker.args[0])
+        module = str(marker.args[1]) if len(marker.args) > 1 else extra
+        missing = missing_extra(extra, module, os.environ.get(REQUIRED_EXTRAS_ENV, ""))
+        if missing is not None:
+            must_run, line = missing
+            (pytest.fail if must_run else pytest.skip)(line)
     if item.get_closest_marker("no_cuda") is None:
         return
     import torch

@@ -114,8 +114,8 @@ def test_data_flags_are_the_quickstarts(modules: tuple[ModuleType, ModuleType]) 
     script = (ROOT / "scripts/quickstart.sh").read_text()
     line = next(x for x in script.splitlines() if x.startswith("DATA_ARGS=("))
     data_args = shlex.split(line.removeprefix("DATA_ARGS=(").removesuffix(")"))
-    assert list(bench.QUICKSTART_DATA[: len(data_args)]) == data_args
-    sizes = bench.QUICKSTART_DATA[len(data_args) :]
+    assert list(bench.verl_bench.QUICKSTART_DATA[: len(data_args)]) == data_args
+    sizes = bench.verl_bench.QUICKSTART_DATA[len(data_args) :]
     assert "--train_size 1024" in script and sizes[:2] == ("--train_size", "1024")
     assert "EVAL_PROMPTS=96" in script and sizes[2:] == ("--test_size", "96")
 

@@ -132,3 +132,47 @@ def test_a_parent_that_names_the_marker_is_not_part_of_the_run(tmp_path: Path) -
     assert marker in " ".join(driver)  # the parent's command line holds the marker
     assert parent.returncode == 0 and "parent alive after exit 3" in parent.stdout, parent.stderr
     assert _left([int(pid) for pid in pids.read_text().split()]) == []
+
+
+# A command that says where it stopped when SIGTERMed (as the Tinker loop does), and a
+# supervisor that names it and lets (or not) its last words reach the console.
+LAST_WORDS = """
+import signal, sys, time
+def stop(*_):
+    print("child: stopped; resume from step 2", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1], "w").write("ready")
+time.sleep(300)
+"""
+NAMED_SUPERVISOR = """
+import sys
+from pathlib import Path
+from rlvr.common.supervision import run_supervised
+done = run_supervised(sys.argv[3:], Path(sys.argv[1]), name="t", settle_s=0.5,
+                      driver="the loop", quiet_on_stop=sys.argv[2] == "quiet")
+sys.exit(done.returncode)
+"""
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["last-words", "negative-control-quiet"])
+def test_a_stopped_commands_last_words_reach_the_console_unless_quiet(
+    tmp_path: Path, quiet: bool
+) -> None:
+    log, ready = tmp_path / "run.log", tmp_path / "ready"
+    child = [sys.executable, "-c", LAST_WORDS, str(ready)]
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", NAMED_SUPERVISOR, str(log), "quiet" if quiet else "loud", *child],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    supervisor.send_signal(signal.SIGINT)
+    out, err = supervisor.communicate(timeout=60)
+    assert supervisor.returncode == 130
+    assert ("child: stopped; resume from step 2" in out) is not quiet
+    assert "child: stopped; resume from step 2" in log.read_text()  # the log has it either way
+    assert err.strip().splitlines()[-1] == (
+        "t: SIGINT: stopped the run's 1 process(es) (the loop and what it started); exit 130"
+    )

@@ -18,30 +18,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_bounded, wandb_records
+from conftest import run_bounded
+from wandb_run_file import offline_runs
 
 from rlvr.report.metrics_log import read_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TIMEOUT_S = 1500
 pytestmark = [pytest.mark.slow, pytest.mark.no_cuda]  # the CPU path
-
-
-def _wandb_run_record(run_dir: Path) -> tuple[str, dict]:
-    """The group and config an offline wandb run recorded."""
-    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    group, config = "", {}
-    for kind, record in wandb_records(run_file):
-        if kind == "run":
-            group = group or record.run.run_group
-            items = record.run.config.update
-        elif kind == "config":
-            items = record.config.update
-        else:
-            continue
-        for item in items:
-            config[item.key] = json.loads(item.value_json)
-    return group, config
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +99,8 @@ def test_table_and_figures(sweep) -> None:
 def test_wandb_runs_share_a_group_and_carry_grid_values(sweep) -> None:
     sweep_dir, _ = sweep
     for name in POINTS:
-        group, config = _wandb_run_record(sweep_dir / "runs" / name)
+        (run,) = offline_runs(sweep_dir / "runs" / name / "wandb")
+        group, config = run.group, run.config
         assert group == "mini"
         rank, lr = name.removeprefix("lora_rank").split("_lr")
         assert config["sweep"] == {"name": "mini", "lora_rank": int(rank), "lr": float(lr)}

@@ -79,6 +79,7 @@ def check_layout(datum: object, sample: Sample, expected_advantage: list[float])
     assert inputs["advantages"][pad:] == pytest.approx(expected_advantage, abs=1e-5)
 
 
+@pytest.mark.extra("tinker")  # real tinker.types.Datum objects
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_datums_are_the_documented_inputs_with_verl_advantages(seed: int) -> None:
     groups = make_groups(seed)
@@ -92,6 +93,7 @@ def test_datums_are_the_documented_inputs_with_verl_advantages(seed: int) -> Non
         check_layout(to_datum(datum_input), sample, ref)
 
 
+@pytest.mark.extra("tinker")  # real tinker.types.Datum objects
 def test_negative_control_a_prompt_mask_off_by_one_fails() -> None:
     groups = make_groups(3)
     sample = groups[0][0]
@@ -105,6 +107,7 @@ def test_negative_control_a_prompt_mask_off_by_one_fails() -> None:
         check_layout(to_datum(shifted), sample, [0.5] * len(sample.tokens))
 
 
+@pytest.mark.extra("tinker")  # real tinker.types.Datum objects
 def test_negative_control_advantages_normalised_otherwise_fail() -> None:
     groups = make_groups(4)
     reference = verl_reference(groups)
@@ -169,7 +172,7 @@ def tuft_losses(
     import json
     import subprocess
 
-    from tuft_server import ensure_env
+    from rlvr.tinker.tuft_env import ensure_env
 
     specs = [{"datums": [vars(i) for i in batch], "current": current} for batch in batches]
     done = subprocess.run([str(ensure_env()), "-c", TUFT_LOSS], input=json.dumps(specs),

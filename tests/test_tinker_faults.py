@@ -10,7 +10,7 @@ does not know, asked for past pre-flight.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import signal
 import socket
@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from tuft_server import (
     EXPERIMENT,
+    Proxy,
     free_port,
     overrides,
 )
+from wandb_run_file import history_rows, wandb_records
 
 from rlvr.config.compose import compose
 from rlvr.preflight import checks
@@ -34,7 +36,7 @@ from rlvr.tinker.recipe import TinkerRecipe
 from rlvr.tinker.service import TinkerRunError, service_client
 from rlvr.tinker.train import load_tokenizer, start_training
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.extra("tinker")]
 
 
 def preflight(
@@ -152,45 +154,6 @@ def test_a_server_that_does_not_answer_times_out(
     assert f"{url} did not answer in time" in err[0] and "tinker.request_timeout_s" in err[0]
 
 
-class Proxy:
-    """A TCP proxy to the server whose ``cut()`` drops every connection and refuses new ones."""
-
-    def __init__(self, port: int) -> None:
-        self.target = port
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen()
-        self.port = int(self.listener.getsockname()[1])
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client = self.listener.accept()[0]
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-
-    def cut(self) -> None:
-        self.listener.close()
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-
 def test_a_connection_dropped_mid_step(tuft, tinker_dir, monkeypatch, capsys) -> None:
     proxy = Proxy(int(tuft.url.rsplit(":", 1)[1]))
     url = f"http://127.0.0.1:{proxy.port}"
@@ -201,10 +164,13 @@ def test_a_connection_dropped_mid_step(tuft, tinker_dir, monkeypatch, capsys) ->
     tokenizer = load_tokenizer(recipe.model)
     problems = load_problems(recipe.train_files, tokenizer, {}, recipe.max_prompt_tokens, 2)
     grade = grader(recipe.reward_path, recipe.reward_name, recipe.reward_kwargs)
-    loop = TinkerLoop(recipe, training, tokenizer, grade, problems, [])
+    loop = TinkerLoop(recipe, training, tokenizer, grade, problems, [], log=None)  # logs nothing
     sampler = loop.sampler(0)
     graded = loop.collect(problems, loop.submit(sampler, problems, 2, 1.0))  # through the proxy
     proxy.cut()
+    # The SDK retries a refused connection for minutes; each call is bounded by the timeout,
+    # which the calls that now fail need only briefly (the ones before took it whole).
+    loop.recipe = dataclasses.replace(recipe, request_timeout_s=1.0)
     with pytest.raises(TinkerRunError) as dropped:
         loop.update(graded)
     assert "\n" not in str(dropped.value)
@@ -219,20 +185,22 @@ def test_ctrl_c_stops_cleanly_and_says_where_a_rerun_resumes(
 ) -> None:
     """SIGINT (Ctrl-C) right after step 2 is logged, delivered to this process as a terminal
     sends it; the run is the launcher's (rlvr.tinker.train.run), in-process."""
-    from rlvr.tinker import loop, train
+    from rlvr.tinker import tracking, train
 
     monkeypatch.setenv("TINKER_BASE_URL", tuft.url)
     monkeypatch.setenv("TINKER_API_KEY", tuft.api_key)
-    logged = loop.log_metrics
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tinker_dir / "logs/interrupted"))
+    logged = tracking.RunLog.log
 
-    def then_ctrl_c(path: Path, step: int, metrics: dict[str, float]) -> None:
-        logged(path, step, metrics)
+    def then_ctrl_c(self: tracking.RunLog, metrics: dict[str, float], step: int) -> None:
+        logged(self, metrics, step)
         if step == 2:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(loop, "log_metrics", then_ctrl_c)
+    monkeypatch.setattr(tracking.RunLog, "log", then_ctrl_c)
     run = overrides(tinker_dir, "interrupted", 50, "trainer.test_freq=-1")
-    code = train.run(EXPERIMENT, tinker_dir / "logs/interrupted.log", run)
+    code = train.run(EXPERIMENT, run)
     err = capsys.readouterr().err
     assert code == 130
     assert "tinker: stopped; run the same command again to resume from step 2" in err
@@ -240,3 +208,8 @@ def test_ctrl_c_stops_cleanly_and_says_where_a_rerun_resumes(
     assert [json.loads(line)["step"] for line in (run_dir / "checkpoints.jsonl").open()] == [1, 2]
     assert (run_dir / "metrics.jsonl").read_text().endswith("\n")
     assert not (run_dir / "adapter").exists()  # stopped before the end: nothing half written
+    # The WandB run was finished with the stop's exit code, its steps written whole.
+    (run_file,) = (tinker_dir / "logs/interrupted/wandb").glob("offline-run-*/run-*.wandb")
+    exits = [r.exit.exit_code for kind, r in wandb_records(run_file) if kind == "exit"]
+    assert exits == [130]
+    assert {row["_step"] for row in history_rows(run_file)} >= {1, 2}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import countdown_workdir, cpu_launch, run_bounded, wandb_records
-from wandb_run_file import history_rows
+from wandb_run_file import VERL_AND_TINKER_METRICS, history_rows
 
 from rlvr.report.metrics_log import read_steps
 
@@ -95,6 +95,9 @@ def test_wandb_offline_run_holds_the_metrics(workdir: Path, first_run: str) -> N
     assert {1, 2} <= steps, history  # every training step reached the run file
     assert all("critic/score/mean" in row for row in history if row.get("training/global_step"))
     assert "exit" in kinds  # the run was finished, not cut off at process exit
+    # The names a Tinker run of the recipe shares with it on the dashboard (test_tinker_e2e).
+    logged = {key for row in history for key in row}
+    assert set(VERL_AND_TINKER_METRICS) - logged == set()
 
 
 def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> None:
@@ -105,7 +108,7 @@ def test_metrics_json_lines_hold_every_step(workdir: Path, first_run: str) -> No
     for record in records[1:]:
         assert record.metrics["critic/score/mean"] >= 0.0
         assert record.metrics["actor/grad_norm"] > 0.0
-        assert record.metrics["global_seqlen/min"] > 0  # a tensor in verl: verl_patches' fix
+        assert record.metrics["global_seqlen/min"] > 0  # a tensor in verl: the file logger fix
     assert "val-core/countdown/acc/mean@1" in records[0].metrics  # before training
     assert "val-core/countdown/acc/mean@1" in records[2].metrics  # test_freq=2
 

@@ -1,9 +1,9 @@
 """TuFT 0.2.2's real server on 127.0.0.1, in its CPU test mode, for the Tinker tests.
 
-Its environment is its own (tests/data/tuft_cpu_requirements.txt, built once and cached by
-rlvr/common/side_env.py): TuFT pins torch 2.11, transformers 5 and vllm 0.24, which cannot
-share the project's environment. torch, which this mode still imports, comes from the project's
-environment through a .pth file placed after the server's own packages.
+Its environment is the one rlvr/tinker/tuft_env.py builds (once, cached): TuFT pins torch 2.11,
+transformers 5 and vllm 0.24, which cannot share the project's environment. torch, which this
+mode still imports, comes from the project's environment through a .pth file placed after the
+server's own packages.
 
 What the mode proves and what it does not: ``TUFT_CPU_TEST=1`` swaps TuFT's model for
 ``DummySamplingBackend`` (each sample counts up from the prompt's last token; log prob -0.3 per
@@ -14,12 +14,15 @@ no language model samples or trains, and its checkpoints hold metadata, not adap
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,24 +30,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.common.side_env import ensure_side_env, side_env_dir
+from rlvr.tinker.tuft_env import CPU_TEST_ENV, ensure_env
 
-REQUIREMENTS = Path(__file__).parent / "data" / "tuft_cpu_requirements.txt"
-TUFT = "tuft==0.2.2"
 API_KEY = "tml-rlvr-test"  # the tinker SDK refuses keys without the tml- prefix
 MAX_LORA_RANK = 32
 EXPERIMENT = "countdown_qwen3_4b_tinker"
 RUN_TIMEOUT_S = 180  # one launcher run against the server, a hard limit
-
-
-def env_dir() -> Path:
-    return side_env_dir("tuft-0.2.2", REQUIREMENTS.read_bytes() + TUFT.encode(), "RLVR_TUFT_ENV")
-
-
-def ensure_env() -> Path:
-    """The server's environment, built when missing or half built; its python."""
-    installs = [["-r", str(REQUIREMENTS)], ["--no-deps", TUFT]]
-    return ensure_side_env(env_dir(), installs, TUFT)
 
 
 def _die_with_parent() -> None:
@@ -89,7 +80,7 @@ def tuft_server(model_dir: Path, work: Path, timeout_s: float = 120) -> Iterator
     log = work / "tuft.log"
     command = [str(python), "-m", "tuft", "launch", "--host", "127.0.0.1", "--port", str(port),
                "--config", str(config), "--checkpoint-dir", str(work / "checkpoints")]  # fmt: skip
-    env = {**os.environ, "TUFT_CPU_TEST": "1", "PYTHONNOUSERSITE": "1"}
+    env = {**os.environ, **CPU_TEST_ENV, "PYTHONNOUSERSITE": "1"}
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
                                    start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
@@ -119,6 +110,58 @@ def tuft_server(model_dir: Path, work: Path, timeout_s: float = 120) -> Iterator
                 process.wait()
 
 
+class Proxy:
+    """A TCP proxy to the server that counts the HTTP requests it forwards (the tinker SDK
+    speaks HTTP/1.1 to an http:// address) and whose ``cut()`` drops every connection and
+    refuses new ones."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.port = int(self.listener.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.sockets: list[socket.socket] = []
+        self.sent: list[bytearray] = []  # what each connection's client sent
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client = self.listener.accept()[0]
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            self.sent.append(sent := bytearray())
+            for a, b, seen in ((client, upstream, sent), (upstream, client, None)):
+                threading.Thread(target=self._pipe, args=(a, b, seen), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket, seen: bytearray | None) -> None:
+        try:
+            while data := source.recv(65536):
+                if seen is not None:
+                    seen += data
+                sink.sendall(data)
+        except OSError:
+            pass
+
+    def requests(self) -> list[str]:
+        """Every request forwarded so far, as ``METHOD /path`` (query strings cut)."""
+        line = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (/[^ ?\r\n]*)\S* HTTP/1\.[01]\r\n")
+        return [f"{m[0].decode()} {m[1].decode()}" for sent in self.sent
+                for m in line.findall(bytes(sent))]  # fmt: skip
+
+    def cut(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 def overrides(work: Path, run: str, steps: int, *extra: str) -> list[str]:
     """A 2-prompt x 4-sample run on the tiny model. GRPO without the group filter: TuFT's toy
     sampler gives one group the same sample four times, so the filter would send nothing; with
@@ -134,6 +177,7 @@ def overrides(work: Path, run: str, steps: int, *extra: str) -> list[str]:
 
 
 def launch_env(server: TuftServer, work: Path) -> dict[str, str]:
-    """The launcher's environment: the server's address and key, logs under ``work``."""
-    return {**os.environ, **server.env(), "RLVR_LOG_DIR": str(work / "logs"),
-            "WANDB_MODE": "offline"}  # fmt: skip
+    """The launcher's environment: the server's address and key, logs and wandb's offline
+    runs under ``work`` (no key, no group inherited from the machine's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_RUN_GROUP")}
+    return {**env, **server.env(), "RLVR_LOG_DIR": str(work / "logs"), "WANDB_MODE": "offline"}

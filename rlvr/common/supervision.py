@@ -197,11 +197,15 @@ def run_supervised(
     grace_s: float = 10.0,
     name: str = "run",
     settle_s: float = 5.0,
+    driver: str = "verl's driver",
+    quiet_on_stop: bool = True,
 ) -> Supervised:
     """Run ``command`` (output teed to ``log_path``) in its own session, so that a terminal's
     Ctrl-C reaches this process only; stop all of the run's processes on a stop signal, and
     what the command left behind once it ends (after ``settle_s`` for it to go by itself).
-    Prints one line for either."""
+    Prints one line for either; ``driver`` names the command in them. ``quiet_on_stop``: once
+    stopping, the command's output goes to the log alone (verl's dying Ray workers' tracebacks
+    would bury the line that says why); off, the console also gets its last words."""
     become_subreaper()
     run = RunProcesses(markers)
     env = {**(os.environ if env is None else env), STOP_WITH_PARENT_ENV: str(os.getpid())}
@@ -219,13 +223,14 @@ def run_supervised(
             time.sleep(0.5)
         if received:
             signum = received[0]
-            quiet.set()
+            if quiet_on_stop:
+                quiet.set()
             count = run.stop(grace_s)
             proc.wait()
             copier.join(timeout=5)
             print(
                 f"{name}: {signal.Signals(signum).name}: stopped the run's {count} process(es)"
-                f" (verl's driver and its Ray); exit {128 + signum}",
+                f" ({driver} and what it started); exit {128 + signum}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -237,7 +242,7 @@ def run_supervised(
     returncode = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     if proc.returncode < 0:
         died = signal.Signals(-proc.returncode).name
-        print(f"{name}: verl's driver was killed by {died}", file=sys.stderr, flush=True)
+        print(f"{name}: {driver} was killed by {died}", file=sys.stderr, flush=True)
     if left:
         print(f"{name}: stopped {left} process(es) the driver left behind", file=sys.stderr)
     return Supervised(returncode, None, left)

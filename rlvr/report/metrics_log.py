@@ -3,7 +3,8 @@
 ``configs/grpo.yaml`` logs to ``file`` with the path ``paths.metrics``
 (``<trainer.default_local_dir>/metrics.jsonl`` unless overridden; the sweep puts it in each
 point's folder). Each logged step is one line, as ``verl.utils.tracking.FileLogger`` writes it
-(fixed by ``rlvr/train/verl_patches.py`` so that it can write at all)::
+(fixed by ``rlvr/report/loggers.py`` so that it can write at all; a verl run and a Tinker run
+both write through it)::
 
     {"step": 1, "data": {"critic/score/mean": 0.25, "actor/pg_loss": -0.1, ...}}
 

@@ -8,9 +8,11 @@
 With ``tinker.sample_ahead`` the next batch is sampled while this one trains, from the weights one
 step old (the importance ratio's denominator is the sampler's log prob, so the lag is corrected);
 without it, every batch is sampled from the newest weights. Each step logs verl's metric names
-to metrics.jsonl and its responses to rollouts/<step>.jsonl; every ``trainer.save_freq`` steps
-and at the end the state is saved on the server and recorded (rlvr.tinker.run_folder), which a
-run started again resumes from.
+through verl's own loggers (rlvr.tinker.tracking: metrics.jsonl, WandB, the console, as
+``trainer.logger`` says; each validation's samples as WandB's ``val/generations`` table) and its
+responses to rollouts/<step>.jsonl; every ``trainer.save_freq`` steps and at the end the state
+is saved on the server and recorded (rlvr.tinker.run_folder), which a run started again resumes
+from.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 from rlvr.tinker.datums import Sample, build_datums, to_datum
 from rlvr.tinker.problems import Grader, Problem, batch_rows, mean
 from rlvr.tinker.recipe import TinkerRecipe
-from rlvr.tinker.run_folder import Checkpoint, dump_rollouts, log_metrics, record_checkpoint
+from rlvr.tinker.run_folder import Checkpoint, dump_rollouts, record_checkpoint
 from rlvr.tinker.service import explain, retried
+from rlvr.tinker.tracking import RunLog
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Graded:
     problem: Problem
     samples: list[Sample]
     rows: list[dict[str, Any]]  # the rollout-dump lines
+    rewards: list[dict[str, Any]]  # each response's reward: its score and the reward's extras
 
 
 class TinkerLoop:
@@ -46,9 +50,10 @@ class TinkerLoop:
         grade: Grader,
         train: Sequence[Problem],
         val: Sequence[Problem],
+        log: RunLog,
     ) -> None:
         self.recipe, self.training, self.tokenizer, self.grade = recipe, training, tokenizer, grade
-        self.train, self.val = train, val
+        self.train, self.val, self.log = train, val, log
 
     # ---- calls to the server -------------------------------------------------------------
     def _retried(self, call: Any, doing: str) -> Any:
@@ -91,7 +96,7 @@ class TinkerLoop:
         return graded
 
     def _grade(self, problem: Problem, sequences: Sequence[Any]) -> Graded:
-        samples, rows = [], []
+        samples, rows, rewards = [], [], []
         for sequence in sequences:
             tokens = [int(t) for t in sequence.tokens]
             logprobs = sequence.logprobs
@@ -99,6 +104,7 @@ class TinkerLoop:
                 raise explain(ValueError("the sampler returned no log prob per token"), "sampling")
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             result = self.grade(problem, text)
+            rewards.append(result)
             score = float(result["score"])
             samples.append(Sample(problem.tokens, tuple(tokens), tuple(logprobs), score))
             truncated = str(getattr(sequence, "stop_reason", "")) == "length"
@@ -107,7 +113,7 @@ class TinkerLoop:
                 {"input": problem.text, "output": text, "gts": problem.ground_truth, "score": score,
                  **extras, "response_length": len(tokens), "truncated": truncated}
             )  # fmt: skip
-        return Graded(problem, samples, rows)
+        return Graded(problem, samples, rows, rewards)
 
     # ---- one training step ---------------------------------------------------------------
     def batch(self, step: int) -> list[Problem]:
@@ -164,8 +170,9 @@ class TinkerLoop:
         record_checkpoint(r.run_dir, checkpoint)
         return checkpoint
 
-    def validate(self, sampler: Any) -> dict[str, float]:
-        """Greedy (the val temperature) answers to the held-out prompts: verl's val-core keys."""
+    def validate(self, sampler: Any, step: int) -> dict[str, float]:
+        """Greedy (the val temperature) answers to the held-out prompts: verl's val-core keys,
+        and their table (prompts decoded without special tokens, as verl shows them)."""
         if not self.val:
             return {}
         graded = self.collect(
@@ -173,17 +180,20 @@ class TinkerLoop:
         )
         source = self.val[0].data_source
         rows = [row for g in graded for row in g.rows]
-        metrics = {f"val-aux/{source}/reward/mean@1": mean([row["score"] for row in rows])}
-        if all("acc" in row for row in rows):
-            metrics[f"val-core/{source}/acc/mean@1"] = mean([float(row["acc"]) for row in rows])
-        return metrics
+        prompts = [
+            self.tokenizer.decode(g.problem.tokens, skip_special_tokens=True) for g in graded
+        ]
+        self.log.log_generations(
+            prompts, [row["output"] for row in rows], [row["score"] for row in rows], step
+        )
+        return validation_metrics(source, [reward for g in graded for reward in g.rewards])
 
     def run(self, start: int) -> int:
         """Train steps ``start + 1 .. recipe.steps``; returns the last step trained."""
         r = self.recipe
         sampler = self.sampler(start)
         if start == 0 and r.val_before_train:
-            log_metrics(r.metrics_path, 0, self.validate(sampler))
+            self.log.log(self.validate(sampler, 0), 0)
         problems = self.batch(start + 1)
         pending = self.submit(sampler, problems, r.group_size, r.temperature)
         for step in range(start + 1, r.steps + 1):
@@ -199,37 +209,66 @@ class TinkerLoop:
             last = step == r.steps
             if (r.save_freq > 0 and step % r.save_freq == 0) or last:
                 self.save(step)
+                metrics["timing_s/save_checkpoint"] = time.perf_counter() - trained
             validating = r.test_freq > 0 and (step % r.test_freq == 0 or last)
             if validating or not last:
                 sampler = self.sampler(step)
             if validating:
-                metrics |= self.validate(sampler)
+                testing = time.perf_counter()
+                metrics |= self.validate(sampler, step)
+                metrics["timing_s/testing"] = time.perf_counter() - testing
             if not ahead and not last:
                 problems = self.batch(step + 1)
                 pending = self.submit(sampler, problems, r.group_size, r.temperature)
-            metrics |= step_metrics(graded, r.max_tokens, step, r.sample_ahead and step > start + 1)
+            epoch = (step - 1) * r.batch_prompts // len(self.train)
+            metrics |= step_metrics(graded, r, step, epoch, r.sample_ahead and step > start + 1)
+            elapsed = time.perf_counter() - began
             metrics |= {"timing_s/gen": sampled - began, "timing_s/update_actor": trained - sampled,
-                        "timing_s/step": time.perf_counter() - began}  # fmt: skip
+                        "timing_s/step": elapsed, "perf/time_per_step": elapsed}  # fmt: skip
             dump_rollouts(r.rollouts_dir, step, [row for g in graded for row in g.rows])
-            log_metrics(r.metrics_path, step, metrics)
+            self.log.log(metrics, step)
             print(progress_line(step, r.steps, metrics), flush=True)
         return r.steps
 
 
+def spread(name: str, values: Sequence[float]) -> dict[str, float]:
+    return {f"{name}/mean": mean(values), f"{name}/max": max(values), f"{name}/min": min(values)}
+
+
 def step_metrics(
-    graded: list[Graded], max_tokens: int, step: int, lagged: bool
+    graded: list[Graded], recipe: TinkerRecipe, step: int, epoch: int, lagged: bool
 ) -> dict[str, float]:
-    """The batch's scores and lengths under verl's metric names (what the report reads)."""
-    scores = [s.reward for g in graded for s in g.samples]
-    lengths = [float(len(s.tokens)) for g in graded for s in g.samples]
-    clipped = [float(n >= max_tokens) for n in lengths]
+    """The batch's scores and lengths under verl's metric names (verl's ``compute_data_metrics``
+    and ``compute_throughout_metrics``; what the report reads). The reward is the score: no KL
+    term enters it (the importance-sampling loss has none)."""
+    samples = [s for g in graded for s in g.samples]
+    scores = [s.reward for s in samples]
+    lengths = [float(len(s.tokens)) for s in samples]
+    prompts = [float(len(s.prompt_tokens)) for s in samples]
     return {
-        "critic/score/mean": mean(scores), "critic/score/max": max(scores),
-        "critic/score/min": min(scores), "critic/rewards/mean": mean(scores),
-        "response_length/mean": mean(lengths), "response_length/max": max(lengths),
-        "response_length/min": min(lengths), "response_length/clip_ratio": mean(clipped),
-        "training/global_step": float(step), "tinker/sampler_lag": float(lagged),
+        **spread("critic/score", scores), **spread("critic/rewards", scores),
+        **spread("response_length", lengths),
+        "response_length/clip_ratio": mean([float(n >= recipe.max_tokens) for n in lengths]),
+        **spread("prompt_length", prompts),
+        "prompt_length/clip_ratio": mean([float(n >= recipe.max_prompt_tokens) for n in prompts]),
+        "perf/total_num_tokens": sum(lengths) + sum(prompts),
+        "training/global_step": float(step), "training/epoch": float(epoch),
+        "tinker/sampler_lag": float(lagged),
     }  # fmt: skip
+
+
+def validation_metrics(source: str, rewards: list[dict[str, Any]]) -> dict[str, float]:
+    """One answer per held-out prompt, under verl's names for it (``_validate``): the mean of
+    the score (``reward``) and of each of the reward's numeric keys, ``mean@1``; ``acc`` (or
+    ``reward`` when the reward gives none) is ``val-core``, the rest ``val-aux``."""
+    keys = [k for k, v in rewards[0].items() if isinstance(v, int | float)]
+    columns = {"reward": [float(r["score"]) for r in rewards]}
+    columns |= {k: [float(r[k]) for r in rewards] for k in keys if all(k in r for r in rewards)}
+    core = "acc" if "acc" in columns else "reward"
+    return {
+        f"{'val-core' if name == core else 'val-aux'}/{source}/{name}/mean@1": mean(values)
+        for name, values in columns.items()
+    }
 
 
 def progress_line(step: int, steps: int, metrics: dict[str, float]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.tinker.recipe import TinkerRecipe, is_tinker, recipe_problems
+from rlvr.tinker.recipe import RecipeError, TinkerRecipe, is_tinker
 from rlvr.tinker.run_folder import identity_problem
 from rlvr.tinker.service import (
     TinkerRunError,
@@ -26,15 +26,18 @@ __all__ = ["endpoint_problems", "folder_problems", "is_tinker", "tinker_problems
 
 
 def tinker_problems(config: Any, local: list[str]) -> list[str]:
-    """A Tinker run's problems: its numbers, the ``local`` ones pre-flight found (data, reward,
+    """A Tinker run's problems: its settings, the ``local`` ones pre-flight found (data, reward,
     steps) and its folder, then (only when those are sound) the endpoint."""
-    problems = recipe_problems(config) + local + folder_problems(config)
-    return problems or endpoint_problems(config)
+    try:
+        recipe = TinkerRecipe.from_config(config)
+    except RecipeError as exc:
+        return exc.problems + local
+    problems = local + folder_problems(recipe)
+    return problems or endpoint_problems(recipe)
 
 
-def folder_problems(config: Any) -> list[str]:
+def folder_problems(recipe: TinkerRecipe) -> list[str]:
     """Checkpoints of another model or rank in the run folder, or a ledger that does not read."""
-    recipe = TinkerRecipe.from_config(config)
     try:
         problem = identity_problem(recipe.run_dir, recipe.model, recipe.lora_rank)
     except ValueError as exc:
@@ -42,8 +45,7 @@ def folder_problems(config: Any) -> list[str]:
     return [problem] if problem else []
 
 
-def endpoint_problems(config: Any) -> list[str]:
-    recipe = TinkerRecipe.from_config(config)
+def endpoint_problems(recipe: TinkerRecipe) -> list[str]:
     url = endpoint()
     if not reachable(url):
         return [

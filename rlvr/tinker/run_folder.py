@@ -1,12 +1,16 @@
 """A Tinker run's folder, laid out as a verl run's so that the report, the sweep and eval read it
 unchanged (``trainer.default_local_dir``):
 
-    metrics.jsonl                    {"step": N, "data": {...}} per step, verl's metric names
+    metrics.jsonl                    {"step": N, "data": {...}} per step, verl's metric names,
+                                     written by verl's file logger (rlvr.tinker.tracking)
+    wandb_run_id.txt                 the run's WandB id, which a resumed run continues
     rollouts/<step>.jsonl            one line per sampled response, as verl's rollout dumps
     run_plan.json                    the planned steps, model and task (rlvr.report.run_plan)
     checkpoints.jsonl                one line per Tinker checkpoint: step, tinker:// paths
     latest_checkpointed_iteration.txt  the newest checkpoint's step (verl's tracker file)
     adapter/                         the last checkpoint's LoRA adapter, downloaded (PEFT files)
+    adapter.json                     which step adapter/ holds, and its tinker:// source: a rerun
+                                     of a finished run exports and downloads nothing again
 
 Every line is written whole with its newline in one append, and a line a killed run left torn
 is cut before the next append (``drop_torn_tail``); files are written staged and renamed.
@@ -29,6 +33,7 @@ from rlvr.common.files import staged_dir, write_text_atomic
 
 LEDGER_FILE = "checkpoints.jsonl"
 ADAPTER_DIR = "adapter"
+ADAPTER_RECORD = "adapter.json"
 PEFT_CONFIG = "adapter_config.json"
 
 
@@ -60,12 +65,6 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
-
-
-def log_metrics(path: Path, step: int, metrics: Mapping[str, float]) -> None:
-    """The step's metrics as verl's ``file`` logger writes them (rlvr.report.metrics_log)."""
-    data = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-    append_line(path, {"step": step, "data": {k: v for k, v in data.items() if v is not None}})
 
 
 def dump_rollouts(folder: Path, step: int, rows: list[dict[str, Any]]) -> None:
@@ -136,6 +135,24 @@ def store_adapter(url: str, run_dir: Path, timeout_s: float) -> Path:
                 archive.unlink(missing_ok=True)
         _hoist_adapter(staging)
     return destination
+
+
+def record_adapter(run_dir: Path, step: int, source: str) -> None:
+    """Written once ``adapter/`` holds the adapter of ``step`` (after the swap: a kill between
+    the two leaves the old record, which makes the next run fetch it again, never skip it)."""
+    write_text_atomic(run_dir / ADAPTER_RECORD, json.dumps({"step": step, "source": source}) + "\n")
+
+
+def adapter_step(run_dir: Path) -> int | None:
+    """The step whose adapter ``adapter/`` holds, by its record; None without one (or without
+    the folder, or a record that does not read)."""
+    if not (run_dir / ADAPTER_DIR).is_dir():
+        return None
+    try:
+        step = json.loads((run_dir / ADAPTER_RECORD).read_text(encoding="utf-8"))["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _hoist_adapter(folder: Path) -> None:

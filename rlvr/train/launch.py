@@ -1,6 +1,7 @@
 """What ``scripts/train.sh`` runs once pre-flight has passed: verl's driver
 (``rlvr.train.main``) under a supervisor, then the LoRA merge; for a Tinker experiment
-(``hardware: tinker``), the Tinker loop instead (``rlvr.tinker.train``).
+(``hardware: tinker``), the Tinker loop (``rlvr.tinker.train``) under the same supervisor,
+which tees either one's output to the run's log.
 
 Usage (the launcher's ``exec``): python -m rlvr.train.launch EXPERIMENT LOG [overrides...]
 
@@ -70,6 +71,11 @@ def driver_command(experiment: str, overrides: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def tinker_command(experiment: str, overrides: Sequence[str]) -> list[str]:
+    """The Tinker run (``rlvr.tinker.train``): this machine samples, grades and writes; no Ray."""
+    return [sys.executable, "-m", "rlvr.tinker.train", experiment, *overrides]
+
+
 def tinker_experiment(experiment: str, overrides: Sequence[str]) -> bool:
     """Whether the experiment trains through the Tinker API (rlvr/tinker/) rather than verl."""
     from rlvr.config.compose import compose
@@ -84,11 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("log", type=Path, help="the run's log file (appended to)")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides")
     args = parser.parse_args(argv)
-    if tinker_experiment(args.experiment, args.overrides):
-        from rlvr.tinker.train import run
-
-        return run(args.experiment, args.log, args.overrides)
     stop_with_parent()
+    if tinker_experiment(args.experiment, args.overrides):
+        return run_supervised(
+            tinker_command(args.experiment, args.overrides), args.log, name=NAME,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, driver="the Tinker loop",
+            quiet_on_stop=False,  # no Ray: its one line says where a rerun resumes
+        ).returncode  # fmt: skip
     temp_dir, own = own_ray_temp_dir(args.overrides, os.environ)
     command = driver_command(args.experiment, [*forwarded(os.environ), *own, *args.overrides])
     done = run_supervised(command, args.log, markers=[temp_dir], name=NAME)

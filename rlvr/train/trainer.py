@@ -11,8 +11,9 @@ verl's code: each override calls verl's method and adds what the recipes need ar
 - builds the actor workers (and the reference, which shares their class) with
   ``rlvr.train.token_mean.TokenMeanActor``: a token-mean loss over the whole mini batch and logged
   losses that are that mean, whatever the micro batches;
-- finishes wandb when training returns: verl 0.6.1 calls ``wandb.finish()`` only in its tracker's
-  ``__del__``, which need not run before Ray ends the actor, so the last steps were lost.
+- finishes wandb when training returns (``rlvr.report.loggers.finish_wandb``): verl 0.6.1 calls
+  ``wandb.finish()`` only in its tracker's ``__del__``, which need not run before Ray ends the
+  actor, so the last steps were lost.
 
 ``RecipeTrainer`` (verl's ``RayPPOTrainer``):
 - ``fit`` first writes the run's identity into its checkpoint folder (model, task, topology,
@@ -45,10 +46,11 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from rlvr.common.checkpoints import saved_steps
 from rlvr.common.verl_guards import require_parameters
 from rlvr.preflight.run_identity import write_identity
+from rlvr.report.loggers import FILE_LOGGER_PATH_ENV, finish_wandb, plain
 from rlvr.report.records import RESPONSE_LENGTH_KEY, TRUNCATED_KEY
 from rlvr.report.references import plan_fields
 from rlvr.report.run_plan import write_run_plan
-from rlvr.train.verl_patches import FILE_LOGGER_PATH_ENV, plain, verl_as_the_recipes_run_it
+from rlvr.train.verl_patches import verl_as_the_recipes_run_it
 
 METRICS_PATH_KEY = "paths.metrics"  # the config key that sets VERL_FILE_LOGGER_PATH
 DELETING_PREFIX = ".deleting-"  # a checkpoint being deleted, renamed out of verl's sight
@@ -190,18 +192,6 @@ class RecipeTaskRunner(TaskRunner):
                 super().run(config)
         finally:
             finish_wandb()
-
-
-def finish_wandb() -> None:
-    """Finish the wandb run and wait for wandb's service to write it: ``finish`` returns once
-    the run is handed over, and Ray ends the actor without atexit hooks (a rehearsal once found
-    the run file cut at 32 KiB)."""
-    wandb = sys.modules.get("wandb")
-    if wandb is None:
-        return
-    if wandb.run is not None:
-        wandb.finish()
-    wandb.teardown()
 
 
 def prune_step_files(folder: str, keep_last: int, keep_every: int) -> list[str]:
