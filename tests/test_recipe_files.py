@@ -81,6 +81,8 @@ OWNERS = {
         "actor_rollout_ref.rollout.tensor_model_parallel_size",
         "actor_rollout_ref.rollout.gpu_memory_utilization",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        # the HF-generate rollout's own settings (its sampling seed) come with choosing it
+        "actor_rollout_ref.rollout.engine_kwargs.hf",
         "ray_kwargs.ray_init.num_gpus",
         "ray_kwargs.ray_init.num_cpus",
         "ray_kwargs.ray_init.include_dashboard",
