@@ -9,10 +9,11 @@ For each seed in turn, ``bash scripts/quickstart.sh --seed N --out OUT/seed_N``:
 N. Then one row per seed, lowest sampled gain first: the SFT and GRPO models' sampled and greedy
 pass@1, the sampled gain with its 95% interval (paired over the held-out prompts), the training
 reward's first and last quarter (critic/score/mean), the alarms fired and the seconds; then the
-spread across seeds (mean, lowest, highest) and, per seed, which part of the recipe's claim it
-misses (README: a sampled gain of at least +10 pt with the interval's low end at least +3 pt,
-greedy pass@1 not below the SFT model's, the training reward's last quarter at least 0.08 above
-its first, no alarm). One seed is one draw; the spread is the recipe's.
+spread across seeds (mean, lowest, highest) and, per seed, which part of a seed-robust recipe's
+claim it misses (docs/QUICKSTART.md, "Over seeds": a sampled gain of at least +10 pt with the
+interval's low end at least +3 pt, greedy pass@1 not below the SFT model's, the training
+reward's last quarter at least 0.08 above its first, no alarm). One seed is one draw; the spread
+is the recipe's.
 
 ``--old COMMIT`` first runs that commit's quickstart (its own default seed) from a git worktree in
 OUT/old_tree, with its own environment, and prints its seconds beside the first seed's, new/old:
@@ -36,7 +37,7 @@ from pathlib import Path
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import run_bounded
 
-#: The README's claim for every seed (docs/QUICKSTART.md, "Over seeds").
+#: The claim a seed-robust recipe meets on every seed (docs/QUICKSTART.md, "Over seeds").
 MIN_GAIN, MIN_LOW, MIN_RISE = 0.10, 0.03, 0.08
 
 

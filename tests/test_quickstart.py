@@ -50,14 +50,36 @@ def test_quickstart_rejects_bad_flags() -> None:
         assert done.returncode == 2, (args, done.stderr)
 
 
-@pytest.mark.parametrize("steps", ["99999999999999999999", "10001", "1e3", "-5"])
-def test_quickstart_bounds_steps_and_creates_nothing_first(tmp_path: Path, steps: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--steps", v) for v in ("99999999999999999999", "10001", "1e3", "-5")]
+    + [("--seed", v) for v in ("-1", "1.5", "abc", "01", "1000000000")],
+)
+def test_quickstart_bounds_numbers_and_creates_nothing_first(
+    tmp_path: Path, flag: str, value: str
+) -> None:
     """A huge --steps used to pass (and overflow); --out is created only after every check."""
     out = tmp_path / "new" / "qs"
-    done = _quickstart("--model", "tiny", "--steps", steps, "--out", str(out))
+    done = _quickstart("--model", "tiny", flag, value, "--out", str(out))
     assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and "--steps" in done.stderr
+    assert done.stderr.count("\n") == 1 and flag in done.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_a_seed_moves_every_stream_from_its_own_base(tmp_path: Path) -> None:
+    """--seed 3: data prep, GRPO's data order, the rollout and the evals each draw another stream
+    (seed 0's are the defaults the README's figures were measured with)."""
+    done = _quickstart("--gpus", "0", "--seed", "3", "--dry_run", "--out", str(tmp_path / "qs"))
+    assert done.returncode == 0, done.stderr
+    assert "seed 3: data prep --seed 45, data.seed=3, rollout seed 1003, eval --seed 3" in (
+        done.stdout
+    )
+
+
+def test_the_seed_is_for_the_cpu_path() -> None:
+    """With GPUs the quickstart runs a GPU recipe (its own seeds): --seed is refused there."""
+    done = _quickstart("--gpus", "8", "--seed", "3", "--dry_run")
+    assert done.returncode == 2 and "--seed is for the CPU path" in done.stderr, done.stderr
 
 
 def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
@@ -104,7 +126,10 @@ def test_quickstart_dry_run_with_no_gpus_plans_the_cpu_path(tmp_path: Path) -> N
     done = _quickstart("--gpus", "0", "--model", "tiny", "--dry_run", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("== dry run: 0 GPUs (--gpus), the CPU path")
-    assert "countdown_cpu (model tiny), 2 GRPO step(s)" in done.stdout
+    assert "countdown_cpu (model tiny), 2 GRPO step(s), seed 0" in done.stdout
+    assert "data prep --seed 42, verl default data order, rollout seed 1000, eval --seed 0" in (
+        done.stdout
+    )
     assert "scripts/train.sh countdown_cpu base_model=tiny," in done.stdout
     assert list(tmp_path.iterdir()) == []
 
