@@ -149,12 +149,10 @@ else
 fi
 RUN="quickstart_${MODEL}"
 DATA="$OUT/data/countdown"
-# Generated tasks, the compact template (the task and its rules in one sentence, 63 prompt tokens
-# against the plain one's 103: every stage computes the prompt, and SFT teaches the format by
-# example), with the SFT columns:
+# Generated tasks, the plain template (the task alone as the user message), with the SFT columns:
 # SFT learns from the first train rows' known solutions, GRPO trains on the train rows, and every
 # eval uses the held-out test rows (no test task is in train: data prep drops such rows).
-DATA_ARGS=(--source generate --template compact --sft --num_range 2,3 --max_number 10 --target_range 1,30
+DATA_ARGS=(--source generate --template plain --sft --num_range 2,3 --max_number 10 --target_range 1,30
     --seed "$((42 + SEED))")
 # Eval samples and grades as GRPO trains (--experiment: its response length, temperature and
 # reward kwargs); the temperature is printed, and the experiment's step count is the default.

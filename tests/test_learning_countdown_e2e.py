@@ -107,7 +107,7 @@ def _check_outputs(qs: Path, output: str) -> dict[str, Any]:
     report = json.loads((qs / "quickstart_report.json").read_text())
     steps, experiment = report["steps"], "countdown_smollm2_cpu"
     # seed 0: the streams the README's figures come from, which the negated run below shares
-    assert report["experiment"] == experiment and steps == 4 and report["seed"] == 0
+    assert report["experiment"] == experiment and steps == 8 and report["seed"] == 0
     assert f"Quickstart report (smollm2, SFT then {experiment}, {steps} GRPO step(s)" in output
     assert output.count("**Verdict:") == 2  # the probes of the base and of the SFT model
     assert "| sampled pass@1 (success rate) |" in output and "| greedy mean score |" in output
