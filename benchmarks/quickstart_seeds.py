@@ -53,6 +53,7 @@ class SeedRow:
     grpo_greedy: float
     first_quarter: float | None
     last_quarter: float | None
+    rise: float | None  # as the report computed it (its training_score), not recomputed here
     alarms: int
     seconds: float
 
@@ -60,17 +61,12 @@ class SeedRow:
     def greedy_gain(self) -> float:
         return self.grpo_greedy - self.sft_greedy
 
-    @property
-    def rise(self) -> float | None:
-        if self.first_quarter is None or self.last_quarter is None:
-            return None
-        return self.last_quarter - self.first_quarter
-
     def misses(self) -> list[str]:
         """The parts of the claim this seed does not meet."""
         missed = []
         if self.gain < MIN_GAIN or self.low < MIN_LOW:
-            missed.append(f"sampled gain below +{MIN_GAIN:.0%} or low end below +{MIN_LOW:.0%}")
+            gain, low = f"+{MIN_GAIN * 100:.0f} pt", f"+{MIN_LOW * 100:.0f} pt"
+            missed.append(f"sampled gain below {gain} or low end below {low}")
         if self.greedy_gain < 0:
             missed.append("greedy below SFT")
         if self.rise is None or self.rise < MIN_RISE:
@@ -97,6 +93,7 @@ def read_row(seed: int, folder: Path) -> SeedRow:
         grpo_greedy=greedy["after"],
         first_quarter=training.get("first_quarter"),
         last_quarter=training.get("last_quarter"),
+        rise=training.get("rise"),
         alarms=len(report["alarms_fired"]),
         seconds=float(report["seconds"]),
     )

@@ -32,7 +32,7 @@ from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
 from rlvr.evaluation.statistics import held_out_section, interval_verdict
 from rlvr.report import ReportError, build
-from rlvr.report.curves import plot_reward_curve, quarter_means, training_reward
+from rlvr.report.curves import CurveData, plot_reward_curve, quarter_means
 from rlvr.report.stage_times import (
     STAGE_TIMES_FILE,
     read_stage_times,
@@ -173,13 +173,10 @@ def timing(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def training_rise(metrics: Path) -> dict[str, float | int] | None:
+def training_rise(curve: CurveData | None) -> dict[str, float | int] | None:
     """Print the training reward's first and last quarter means; their JSON, or None when the run
-    logged under 4 steps (or no metrics file)."""
-    try:
-        quarters = quarter_means(training_reward(metrics))
-    except (OSError, ValueError):
-        quarters = None
+    logged under 4 steps (or no metrics file could be read: ``curve`` None)."""
+    quarters = quarter_means(curve.reward) if curve is not None else None
     if quarters is None:
         print("training reward: under 4 steps logged, no quarters to compare")
         return None
@@ -188,6 +185,26 @@ def training_rise(metrics: Path) -> dict[str, float | int] | None:
         f"{quarters.first:.3f} -> last quarter {quarters.last:.3f} ({quarters.rise:+.3f})"
     )
     return quarters.to_json()
+
+
+def training_curve(metrics: Path, out: Path) -> tuple[str, dict[str, float | int] | None]:
+    """The reward curve written to ``out`` ("" when there is none) and the training reward's
+    quarters (``training_rise``), both from one read of the run's ``metrics.jsonl``."""
+    try:
+        data: CurveData | None = CurveData.read(metrics)
+        problem = ""
+    except (OSError, ValueError) as exc:
+        data, problem = None, str(exc)
+    rise = training_rise(data)
+    try:
+        if data is None:
+            raise ValueError(problem)
+        curve = str(plot_reward_curve(data, out / "reward_curve.png", name=metrics.parent.name))
+    except ValueError as exc:  # no training step logged: report the evals anyway
+        print(f"no reward curve: {exc}", file=sys.stderr)
+        return "", rise
+    print(f"reward curve: {curve}")
+    return curve, rise
 
 
 def run_alarms(run: str, preamble: list[str]) -> list[str]:
@@ -233,12 +250,7 @@ def write_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"error: report: {exc}", file=sys.stderr)
         return 2
-    curve, rise = "", training_rise(Path(args.metrics))
-    try:
-        curve = str(plot_reward_curve(Path(args.metrics), out / "reward_curve.png"))
-        print(f"reward curve: {curve}")
-    except ValueError as exc:  # no training step logged: report the evals anyway
-        print(f"no reward curve: {exc}", file=sys.stderr)
+    curve, rise = training_curve(Path(args.metrics), out)
     try:
         timed = timing(args)
     except ValueError as exc:  # a damaged stage_times.jsonl: the report stands without it

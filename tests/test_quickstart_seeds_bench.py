@@ -41,7 +41,7 @@ def test_a_row_per_seed_lowest_gain_first_and_the_spread(
     rows = [line for line in printed.splitlines() if line.startswith(("| 4 |", "| 9 |"))]
     assert [row[:5] for row in rows] == ["| 9 |", "| 4 |"]  # +12.5 pt before +50 pt
     assert "**+12.50 pt**" in rows[0] and "**+50.00 pt**" in rows[1]
-    assert "sampled gain below +10%" in rows[0] and "sampled gain below" not in rows[1]
+    assert "sampled gain below +10 pt" in rows[0] and "sampled gain below" not in rows[1]
     records = json.loads((tmp_path / "bench" / "seeds.json").read_text())
     assert [row["seed"] for row in records["rows"]] == [4, 9]
     gains = sorted(row["gain"] for row in records["rows"])

@@ -87,11 +87,6 @@ def quarter_means(series: Series) -> Quarters | None:
     return Quarters(sum(values[:count]) / count, sum(values[-count:]) / count, count)
 
 
-def training_reward(metrics_path: Path) -> Series:
-    """``critic/score/mean`` per training step (step 0 is validation only)."""
-    return CurveData.of(read_steps(metrics_path)).reward
-
-
 def rate_series(steps: Sequence[StepRecord]) -> list[Series]:
     """Each validation rate (format, valid, acc) that the run logged, labelled by its part."""
     keys = sorted({key for record in steps for key in record.metrics if RATE_KEY.match(key)})
@@ -112,6 +107,11 @@ class CurveData:
     low: Series
     high: Series
     rates: list[Series]
+
+    @classmethod
+    def read(cls, metrics_path: Path) -> CurveData:
+        """From a run's ``metrics.jsonl``."""
+        return cls.of(read_steps(metrics_path))
 
     @classmethod
     def of(cls, steps: Sequence[StepRecord]) -> CurveData:
@@ -155,14 +155,21 @@ def _draw_rates(ax: Any, rates: Sequence[Series]) -> None:
     ax.set_ylabel("rate")
 
 
-def plot_reward_curve(metrics_path: Path, output: Path, title: str = "") -> Path:
-    """Write the reward curve of the run whose ``metrics.jsonl`` is ``metrics_path``.
+def plot_reward_curve(
+    metrics: Path | CurveData, output: Path, title: str = "", name: str = ""
+) -> Path:
+    """Write the reward curve of a run: its ``metrics.jsonl``, or the data already read from it
+    (``name``: the run's name in the default title and the error, where no path tells it).
 
     Raises ValueError when the run logged no training step with a reward.
     """
-    data = CurveData.of(read_steps(metrics_path))
+    if isinstance(metrics, Path):
+        name = name or metrics.parent.name
+        data, where = CurveData.read(metrics), str(metrics)
+    else:
+        data, where = metrics, name or "the run"
     if not data.reward.points:
-        raise ValueError(f"{metrics_path}: no training step logged {REWARD_KEY}")
+        raise ValueError(f"{where}: no training step logged {REWARD_KEY}")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,7 +181,7 @@ def plot_reward_curve(metrics_path: Path, output: Path, title: str = "") -> Path
     _draw_reward(axes[0][0], data)
     if data.rates:
         _draw_rates(axes[1][0], data.rates)
-    axes[0][0].set_title(title or f"reward per step: {metrics_path.parent.name}")
+    axes[0][0].set_title(title or f"reward per step: {name}")
     for (ax,) in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
