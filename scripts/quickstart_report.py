@@ -7,14 +7,15 @@ Usage: uv run scripts/quickstart_report.py --out DIR --greedy SFT GRPO --sampled
 The headline is sampled pass@1 (correct answers) of the GRPO model against the SFT model it
 started from, paired over prompts (per-prompt mean after minus before; Student t 95% interval,
 rlvr/evaluation/paired.py); greedy pass@1 and format rate beside it. SFT's own gain (the SFT
-model against the base model, sampled) is reported separately. Runs on different prompts or with
-different sampling are refused (exit code 2). Builds the GRPO run's report (RUN/report.md, its
-alarms: docs/REPORT.md; near its top a "Held-out change" section: these intervals and whether
-they exclude zero) and prints its verdict; prints the training reward's first and last quarter
-(critic/score/mean of the training batches, mean over each quarter of the steps); prints the
-stage times scripts/stages.sh recorded
-(DIR/stage_times.jsonl: seconds and share of the total); writes DIR/reward_curve.png and
-DIR/quickstart_report.json (sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired,
+model against the base model, sampled) is reported separately, over the base run's prompts (the
+quickstart probes the base model on the first of the held-out prompts only). Runs on different
+prompts or with different sampling are refused (exit code 2). Builds the GRPO run's report
+(RUN/report.md, its alarms: docs/REPORT.md; near its top a "Held-out change" section: these
+intervals and whether they exclude zero) and prints its verdict; prints the training reward's
+first and last quarter (critic/score/mean of the training batches, mean over each quarter of the
+steps); prints the stage times scripts/stages.sh recorded (DIR/stage_times.jsonl: seconds and
+share of the total); writes DIR/reward_curve.png and DIR/quickstart_report.json
+(sampled_pass1_delta, sampled_pass1_delta_ci95, alarms_fired,
 held_out_verdict, training_score, seed, stage_seconds, eval_tokens_per_second, ...).
 """
 
@@ -54,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("SFT", "GRPO"),
         help="analyse or passk runs at the training temperature, same prompts and seed",
     )
-    add("--base", required=True, help="the base model's sampled run (SFT's own gain)")
+    add("--base", required=True,
+        help="the base model's sampled run (SFT's own gain, over its prompts: all or the first "
+        "of the SFT run's)")  # fmt: skip
     add("--metrics", required=True, help="the GRPO run's metrics.jsonl")
     add("--run", required=True, help="the GRPO run folder (its report and alarms)")
     add("--probe", help="the analyse run whose verdict was printed before GRPO")
@@ -88,7 +91,8 @@ def report_table(
         *deltas_markdown(ordered, "sampled"),
         *deltas_markdown(greedy, "greedy"),
         "",
-        "SFT's own gain (SFT model vs the base model, sampled):",
+        f"SFT's own gain (SFT model vs the base model, sampled, {sft[0].interval.n} of those "
+        "prompts):",
         "",
         "| metric | base | SFT | delta | 95% CI (paired over prompts) |",
         "|---|---|---|---|---|",
@@ -235,7 +239,8 @@ def write_report(args: argparse.Namespace) -> int:
         deltas = {
             "greedy": paired_deltas(*args.greedy),
             "sampled": paired_deltas(*args.sampled),
-            "sft": paired_deltas(args.base, args.sampled[0]),
+            # the base probe may run on the first of the held-out prompts only (quickstart.sh)
+            "sft": paired_deltas(args.base, args.sampled[0], before_is_subset=True),
         }
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -134,6 +134,24 @@ def test_runs_on_different_data_are_refused(tmp_path: Path) -> None:
         paired_deltas(before, fewer)
 
 
+def test_a_before_run_on_the_first_prompts_pairs_over_those_alone(tmp_path: Path) -> None:
+    """The quickstart probes the base model on the first of the SFT run's prompts: with
+    ``before_is_subset`` the delta is over those; without it, or where ``before`` holds a prompt
+    the other lacks, the runs are refused (the negative controls)."""
+    first = write_run(tmp_path / "first", [[0.0, 0.0], [0.0, 1.0]])
+    every = write_run(tmp_path / "every", [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    success = {d.part: d for d in paired_deltas(first, every, before_is_subset=True)}["success"]
+    # per prompt after minus before, prompts 0 and 1 only: 1 - 0, 1 - 1/2
+    assert success.interval.n == 2 and success.interval.mean == pytest.approx(0.75)
+    assert (success.before, success.after) == pytest.approx((0.25, 1.0))
+    with pytest.raises(EvalError, match="different data"):
+        paired_deltas(first, every)
+    other = write_run(tmp_path / "other", [[0.0], [0.0]], truths=[_truth(0), _truth(7)])
+    one_each = write_run(tmp_path / "one_each", [[0.0], [1.0], [1.0]])
+    with pytest.raises(EvalError, match="different data"):
+        paired_deltas(other, one_each, before_is_subset=True)
+
+
 def test_runs_sampled_differently_are_refused(tmp_path: Path) -> None:
     before = write_run(tmp_path / "b", [[0.0, 0.1], [0.1, 0.0]])
     colder = write_run(tmp_path / "a", [[0.0, 0.1], [0.1, 0.0]], temperature=0.7)

@@ -37,12 +37,15 @@ def load_script() -> ModuleType:
     return load_file_module("quickstart_report", ROOT / "scripts" / "quickstart_report.py")
 
 
-def quickstart_out(tmp_path: Path, grpo_sampled: list[list[float]]) -> tuple[Path, list[str]]:
-    """An --out folder as the quickstart leaves it before its report; the report's argv."""
+def quickstart_out(
+    tmp_path: Path, grpo_sampled: list[list[float]], base_prompts: int = 8
+) -> tuple[Path, list[str]]:
+    """An --out folder as the quickstart leaves it before its report (the base model probed on
+    the first ``base_prompts`` prompts); the report's argv."""
     out = tmp_path / "out"
     ones = [[1.0] * 4 if i < 2 else [0.0] * 4 for i in range(8)]  # SFT: 2 of 8 prompts right
     runs = {
-        "eval_base_sampled": ([[0.0] * 4] * 8, 1.0),
+        "eval_base_sampled": ([[0.0] * 4] * base_prompts, 1.0),
         "eval_sft_sampled": (ones, 1.0),
         "eval_grpo_sampled": (grpo_sampled, 1.0),
         "eval_sft": ([[s[0]] for s in ones], 0.0),
@@ -158,3 +161,17 @@ def test_a_damaged_stage_times_file_is_noted_and_the_report_stands(
     assert "stage_seconds" not in report and report["sampled_pass1_gain_significant"] is True
     err = capsys.readouterr().err
     assert err.startswith("no stage times: ") and "stage_times.jsonl line 1: not a stage" in err
+
+
+def test_sfts_own_gain_is_over_the_base_probes_prompts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quickstart probes the base model on the first 32 of its 96 prompts: SFT's own gain is
+    paired over those (here the first 4 of 8: SFT solves 2 of them), the GRPO headline over all."""
+    out, argv = quickstart_out(tmp_path, GAIN, base_prompts=4)
+    assert load_script().main(argv) == 0
+    report = json.loads((out / "quickstart_report.json").read_text())
+    sft = {row["metric"]: row for row in report["sft"]}["success"]
+    assert sft["prompts"] == 4 and sft["after"] == pytest.approx(0.5)
+    assert report["sampled_pass1_before"] == pytest.approx(0.25)  # SFT over all 8
+    assert "sampled, 4 of those prompts" in capsys.readouterr().out

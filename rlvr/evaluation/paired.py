@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +105,12 @@ class EvalRunSamples:
             raise EvalError(f"{samples_file}: no samples")
         return cls(folder, summary, prompts)
 
+    def restricted_to(self, keys: Iterable[PromptKey]) -> EvalRunSamples:
+        """The same run, on the prompts of ``keys`` alone (those it holds)."""
+        wanted = set(keys)
+        kept = {key: group for key, group in self.prompts.items() if key in wanted}
+        return EvalRunSamples(self.path, self.summary, kept)
+
     def prompt_means(self, part: str) -> dict[PromptKey, float]:
         """Per prompt, the mean of ``part`` (a key of ``PARTS``) over its samples."""
         value = PARTS[part][1]
@@ -160,11 +166,20 @@ class PairedDelta:
 
 
 def paired_deltas(
-    before_dir: str | Path, after_dir: str | Path, parts: Sequence[str] = tuple(PARTS)
+    before_dir: str | Path,
+    after_dir: str | Path,
+    parts: Sequence[str] = tuple(PARTS),
+    before_is_subset: bool = False,
 ) -> list[PairedDelta]:
     """Each part's mean before and after (a mean over prompts of per-prompt means) and the
-    paired delta's 95% t interval over prompts. Raises ``EvalError`` on unpairable runs."""
+    paired delta's 95% t interval over prompts. Raises ``EvalError`` on unpairable runs.
+
+    ``before_is_subset``: the ``before`` run may hold only some of ``after``'s prompts (the same
+    data with a smaller ``--limit``); the delta is then taken over those prompts alone. A
+    ``before`` prompt that ``after`` lacks is still refused."""
     before, after = EvalRunSamples.load(before_dir), EvalRunSamples.load(after_dir)
+    if before_is_subset and before.prompts.keys() <= after.prompts.keys():
+        after = after.restricted_to(before.prompts)
     check_pairable(before, after)
     return deltas_between(before, after, parts)
 
