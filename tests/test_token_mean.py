@@ -132,18 +132,29 @@ def _relative_error(got: list[Any], want: list[Any]) -> float:
 LENGTHS = [24, 3, 20, 5, 17, 2, 24, 9, 12, 4, 22, 6]
 
 
+KEEP = [1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1]  # two of five groups of rows dropped
+
+
+class EveryRowActor(TokenMeanActor):
+    """The recipes' actor as it runs where dropped rows must stay (several ranks or mini
+    batches): each dropped row in the update at weight ``EPS``."""
+
+    def rows_to_update(self, data: Any) -> Any:
+        return data
+
+
 @pytest.mark.parametrize("micro", ["one", "dynamic", "fixed"])
 def test_gradient_and_logged_losses_are_the_kept_token_mean(micro: str, tiny_model_dir: Path):
     """1 micro batch, >= 3 dynamic ones of unequal token counts, and fixed ones of 3 rows: the
-    same gradient and logged losses as the token mean over the kept tokens, within 1%; verl's own
-    actor misses both once there are several micro batches."""
-    keep = [1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1]  # two of five groups of rows dropped
+    same gradient and logged losses as the token mean over the kept tokens, within 1%, with the
+    dropped rows left out and with them kept at weight EPS; verl's own actor misses both once
+    there are several micro batches."""
     tokens = sum(PROMPT + n for n in LENGTHS)
     cap = {"one": tokens, "dynamic": tokens // 4, "fixed": None}[micro]
     config = _actor_config(len(LENGTHS), cap, 3 if micro == "fixed" else None)
     results = {}
-    for actor_class in (TokenMeanActor, grad_scale_actor()):
-        data = _rows(LENGTHS, keep, seed=1, vocab=_vocab(tiny_model_dir))
+    for actor_class in (TokenMeanActor, EveryRowActor, grad_scale_actor()):
+        data = _rows(LENGTHS, KEEP, seed=1, vocab=_vocab(tiny_model_dir))
         metrics, applied, model = _update(actor_class, tiny_model_dir, data, config)
         pg, kl, grads = _reference(model, data.batch)
         results[actor_class.__name__] = (
@@ -152,13 +163,72 @@ def test_gradient_and_logged_losses_are_the_kept_token_mean(micro: str, tiny_mod
             abs(metrics["actor/kl_loss"][0] / kl - 1),
         )
         cut = micro_batches(SimpleNamespace(config=config, ulysses_sequence_parallel_size=1), data)
-    ours, verls = results["TokenMeanActor"], results["DataParallelPPOActor"]
+    ours, every_row = results["TokenMeanActor"], results["EveryRowActor"]
     assert max(ours) < 0.01, ours
+    assert max(every_row) < 0.01, every_row
+    verls = results["DataParallelPPOActor"]
     if micro == "one":
         assert len(cut[0]) == 1
     else:
         assert len(cut[0]) >= 3, cut
         assert min(verls) > 0.05, verls  # negative control: gradient and logs all off
+
+
+def test_dropped_rows_are_left_out_of_the_forward(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank, one mini batch: the update's forwards see the 8 kept rows of 12, and the weights
+    move as with every row in (each dropped one at weight EPS) to float rounding; negative
+    control: that actor's forwards see all 12."""
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    seen: list[int] = []
+    forward = DataParallelPPOActor._forward_micro_batch
+
+    def counting(self: Any, micro_batch: Any, temperature: Any, calculate_entropy: bool = False):
+        seen.append(int(micro_batch["responses"].shape[0]))
+        return forward(self, micro_batch, temperature, calculate_entropy)
+
+    monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch", counting)
+    config = _actor_config(len(LENGTHS), None, micro=3)
+    rows, moves = {}, {}
+    for actor_class in (TokenMeanActor, EveryRowActor):
+        seen.clear()
+        data = _rows(LENGTHS, KEEP, seed=4, vocab=_vocab(tiny_model_dir))
+        _, moves[actor_class.__name__], _ = _update(actor_class, tiny_model_dir, data, config)
+        rows[actor_class.__name__] = sum(seen)
+    assert rows == {"TokenMeanActor": sum(KEEP), "EveryRowActor": len(KEEP)}
+    assert _relative_error(moves["TokenMeanActor"], moves["EveryRowActor"]) < 1e-4
+
+
+def test_dropped_rows_stay_where_another_rank_or_mini_batch_needs_them(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are left out only on one rank (another rank's micro batches would not match), in one
+    mini batch (the optimizer steps would move), and when some but not all rows are dropped."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.train import token_mean
+
+    def actor(mini_rows: int) -> TokenMeanActor:
+        config = dataclasses.replace(
+            _actor_config(len(LENGTHS), None, micro=3), ppo_mini_batch_size=mini_rows
+        )
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        with contextlib.redirect_stdout(io.StringIO()):
+            return TokenMeanActor(config, model, torch.optim.SGD(model.parameters(), lr=1.0))
+
+    vocab = _vocab(tiny_model_dir)
+    data = _rows(LENGTHS, KEEP, seed=5, vocab=vocab)
+    one_mini_batch = actor(len(LENGTHS))
+    assert len(one_mini_batch.rows_to_update(data)) == sum(KEEP)
+    assert actor(len(LENGTHS) // 2).rows_to_update(data) is data
+    for keep in ([1] * len(LENGTHS), [0] * len(LENGTHS)):
+        rows = _rows(LENGTHS, keep, seed=5, vocab=vocab)
+        assert one_mini_batch.rows_to_update(rows) is rows
+    monkeypatch.setattr(token_mean, "_data_parallel_size", lambda: 2)
+    assert one_mini_batch.rows_to_update(data) is data
 
 
 def grad_scale_actor() -> type:
@@ -181,10 +251,11 @@ def test_a_micro_batch_of_dropped_rows_only_does_not_fail(tiny_model_dir: Path) 
     data = _rows(LENGTHS, keep, seed=2, vocab=_vocab(tiny_model_dir))
     with pytest.raises(AssertionError, match="at least one valid token"):
         _update(grad_scale_actor(), tiny_model_dir, data, config)
-    data = _rows(LENGTHS, keep, seed=2, vocab=_vocab(tiny_model_dir))
-    metrics, applied, model = _update(TokenMeanActor, tiny_model_dir, data, config)
-    assert _relative_error(applied, _reference(model, data.batch)[2]) < 0.01
-    assert metrics[SKIPPED_KEY] == 0.0
+    for actor_class in (TokenMeanActor, EveryRowActor):
+        data = _rows(LENGTHS, keep, seed=2, vocab=_vocab(tiny_model_dir))
+        metrics, applied, model = _update(actor_class, tiny_model_dir, data, config)
+        assert _relative_error(applied, _reference(model, data.batch)[2]) < 0.01
+        assert metrics[SKIPPED_KEY] == 0.0
 
 
 def test_a_batch_without_signal_skips_the_update(tiny_model_dir: Path) -> None:

@@ -15,7 +15,8 @@ wrong with that:
    batches, so ``actor/pg_loss`` and ``actor/kl_loss`` read 1/M of the loss (M micro batches;
    fixed upstream after 0.6.1 by summing, verl PR 4711).
 
-``TokenMeanActor.update_policy`` calls verl's own ``update_policy`` on the same rows, after:
+``TokenMeanActor.update_policy`` calls verl's own ``update_policy`` on the same rows (less the
+dropped groups' rows, where that changes nothing but the work: ``rows_to_update``), after:
 
 - computing verl's partition of each mini batch into micro batches (verl's own
   ``prepare_dynamic_batch``, or the fixed split) and so each micro batch's scale ``s``;
@@ -132,6 +133,7 @@ class TokenMeanActor(DataParallelPPOActor):
     skip_constant_batches = False
 
     def update_policy(self, data: DataProto) -> dict[str, Any]:
+        asked_data, data = data, self.rows_to_update(data)
         mini_batches = data.split(self.config.ppo_mini_batch_size)
         cuts = [micro_batches(self, mini) for mini in mini_batches]
         masks = [mini.batch["response_mask"] for mini in mini_batches]
@@ -170,8 +172,21 @@ class TokenMeanActor(DataParallelPPOActor):
             if key in metrics:
                 metrics[key] = _summed(metrics[key], counts, _data_parallel_size())
         metrics[SKIPPED_KEY] = 0.0
-        rollout_entropy(data, self.config.loss_agg_mode, metrics)
+        rollout_entropy(asked_data, self.config.loss_agg_mode, metrics)
         return metrics
+
+    def rows_to_update(self, data: DataProto) -> DataProto:
+        """``data`` without the rows of dropped groups (a zero ``response_mask``), which weigh
+        nothing in the loss (``EPS``) and cost a forward and a backward each: half the rows of a
+        quickstart step. Only where leaving them out changes nothing else: one rank (no other
+        rank's micro batches to match) and one mini batch (the optimizer steps stay as they
+        were); otherwise, or when no row or every row is dropped, ``data`` itself."""
+        if _data_parallel_size() != 1 or len(data) > self.config.ppo_mini_batch_size:
+            return data
+        kept = (data.batch["response_mask"] > 0).any(dim=-1)
+        if bool(kept.all()) or not bool(kept.any()):
+            return data
+        return data.select_idxs(kept)
 
 
 def rollout_entropy(data: DataProto, loss_agg_mode: str, metrics: dict[str, Any]) -> None:
