@@ -58,12 +58,14 @@ def _patchable_state() -> dict[str, Any]:
 
 
 def _rollout(path: Any, **config: Any) -> Any:
-    """The HF rollout for the model at ``path``, built as verl 0.6.1 builds rollouts."""
+    """The HF rollout for the model at ``path``, built as verl 0.6.1 builds rollouts, in fp32 as
+    hardware/cpu.yaml sets it (verl's own default is bfloat16)."""
     from omegaconf import OmegaConf
 
     from rlvr.cpu.rollout import HFSyncRollout
 
     rollout = {"_target_": "verl.workers.config.RolloutConfig", "name": "hf", "mode": "sync"}
+    rollout["dtype"] = "float32"
     model = {"_target_": "verl.workers.config.HFModelConfig", "path": str(path)}
     return HFSyncRollout(
         OmegaConf.create({**rollout, **config}), OmegaConf.create(model), device_mesh=None
@@ -255,6 +257,40 @@ def test_packed_forward_equals_verls_padded_one(tmp_path, monkeypatch, shared) -
     assert (lp_packed[valid == 0] == 0).all()
 
 
+@pytest.mark.no_cuda
+def test_packed_log_probs_of_a_bf16_model_are_taken_in_fp32(tmp_path) -> None:
+    """A model computing in bf16 (quickstart.sh --grpo_precision bf16) gives fp32 log probs:
+    log_softmax of its own logits upcast, as a padded forward computes them here. bf16 log probs
+    (what verl's padded path returns without flash-attn's fp32 cross entropy) round a log prob
+    of -2 to +-0.008, and the policy ratio with it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.cpu import packing
+    from rlvr.models.tiny import build_model
+
+    path = build_model(tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype="bfloat16")
+    batch = _grpo_micro_batch(model.config.vocab_size, shared=5)
+    result = packing.response_log_probs(model, batch, temperature=0.7, calculate_entropy=False)
+    assert result is not None
+    _, log_probs = result
+    assert log_probs.dtype == torch.float32
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits
+    per_token = (logits[:, 15:-1].float() / 0.7).log_softmax(-1)
+    expected = per_token.gather(-1, batch["responses"][..., None])[..., 0]
+    valid = batch["attention_mask"][:, 16:].bool()
+    # bf16 attention over a packed row vs a padded one: the logits agree to bf16 rounding
+    torch.testing.assert_close(log_probs[valid], expected[valid], rtol=0, atol=0.1)
+    assert (log_probs[~valid] == 0).all()
+    assert not torch.equal(log_probs[valid], log_probs[valid].bfloat16().float())  # not rounded
+
+
 def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
     import asyncio
 
@@ -274,6 +310,28 @@ def test_hf_rollout_takes_actor_weights(tmp_path) -> None:
         assert torch.equal(tensor, weights[name]), name
     with pytest.raises(KeyError, match="not in the rollout model"):
         asyncio.run(rollout.update_weights(iter([("no.such.weight", torch.zeros(1))])))
+
+
+def test_hf_rollout_computes_in_the_configured_dtype(tmp_path) -> None:
+    """``rollout.dtype`` is the rollout model's dtype (quickstart.sh --grpo_precision bf16 sets
+    bfloat16): the actor's fp32 weights arrive rounded to it."""
+    import asyncio
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models.tiny import build_model
+
+    path = build_model(tmp_path / "a", seed=0)
+    rollout = _rollout(path, response_length=8, prompt_length=16, dtype="bfloat16")
+    assert {p.dtype for p in rollout.module.parameters()} == {torch.bfloat16}
+    weights = AutoModelForCausalLM.from_pretrained(build_model(tmp_path / "b", seed=1)).state_dict()
+    asyncio.run(rollout.update_weights(iter(weights.items())))
+    for name, tensor in rollout.module.state_dict().items():
+        assert torch.equal(tensor, weights[name].to(torch.bfloat16)), name
+    # Negative control: the fp32 rollout keeps fp32 weights.
+    fp32 = _rollout(path, response_length=8, prompt_length=16)
+    assert {p.dtype for p in fp32.module.parameters()} == {torch.float32}
 
 
 def test_hf_rollout_adopts_fresh_full_tensors_and_copies_views(tmp_path) -> None:

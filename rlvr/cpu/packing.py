@@ -48,7 +48,9 @@ def response_log_probs(
         use_cache=False,
         logits_to_keep=layout.keep,
     )
-    logits = out.logits[layout.row, layout.column] / temperature  # (tokens, vocab)
+    # (tokens, vocab), in fp32 whatever the model computes in: bf16 log probs would round the
+    # policy ratio by ~1% per token
+    logits = out.logits[layout.row, layout.column].float() / temperature
     responses = micro_batch["responses"]
     where = (layout.batch_index, layout.token_index)
     zeros = torch.zeros(responses.shape, dtype=logits.dtype, device=logits.device)

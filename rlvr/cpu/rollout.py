@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 from verl import DataProto
+from verl.utils.torch_dtypes import PrecisionType
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -94,7 +95,8 @@ class HFSyncRollout(HFRollout):
         BaseRollout.__init__(self, config, model_config, device_mesh)
         self.module = AutoModelForCausalLM.from_pretrained(
             str(self.model_config.local_path),
-            dtype=torch.float32,
+            # the config's dtype: float32 (hardware/cpu.yaml), or --grpo_precision bf16's bfloat16
+            dtype=PrecisionType.to_dtype(config.dtype),
             # grouped-query attention without copying the KV cache per head (the actor keeps sdpa)
             attn_implementation=register_grouped_sdpa(),
             trust_remote_code=self.model_config.trust_remote_code,
