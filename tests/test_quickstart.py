@@ -45,7 +45,7 @@ _quickstart = run_quickstart
 
 
 def test_quickstart_rejects_bad_flags() -> None:
-    for args in (["--model", "gpt5"], ["--steps", "0"], ["--bogus"]):
+    for args in (["--model", "gpt5"], ["--steps", "0"], ["--bogus"], ["--grpo_precision", "fp16"]):
         done = _quickstart(*args)
         assert done.returncode == 2, (args, done.stderr)
 
@@ -80,6 +80,40 @@ def test_the_seed_is_for_the_cpu_path() -> None:
     """With GPUs the quickstart runs a GPU recipe (its own seeds): --seed is refused there."""
     done = _quickstart("--gpus", "8", "--seed", "3", "--dry_run")
     assert done.returncode == 2 and "--seed is for the CPU path" in done.stderr, done.stderr
+
+
+def test_bf16_grpo_is_verls_gpu_precision_in_plain_verl_keys(tmp_path: Path) -> None:
+    """--grpo_precision bf16: the overrides the dry run prints compose over hardware/cpu.yaml's
+    fp32 into bf16 compute for the actor and the reference and a bf16 rollout; fp32 (the
+    default) adds none. With GPUs the flag is refused, as every CPU-path flag."""
+    from rlvr.config.compose import compose
+
+    out = str(tmp_path / "qs")
+    done = _quickstart("--gpus", "0", "--grpo_precision", "bf16", "--dry_run", "--out", out)
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if "GRPO precision" in ln)
+    overrides = line.split("GRPO precision bf16: ")[1].split()
+    config = compose("countdown_smollm2_cpu", overrides).actor_rollout_ref
+    assert config.rollout.dtype == "bfloat16"
+    for role in (config.actor, config.ref):
+        precision = role.fsdp_config.mixed_precision
+        assert (precision.param_dtype, precision.reduce_dtype) == ("bf16", "fp32")
+    assert compose("countdown_smollm2_cpu").actor_rollout_ref.rollout.dtype == "float32"
+    default = _quickstart("--gpus", "0", "--dry_run", "--out", out)
+    assert "  GRPO precision fp32\n" in default.stdout, default.stdout
+    gpus = _quickstart("--gpus", "8", "--grpo_precision", "bf16", "--dry_run")
+    assert gpus.returncode == 2 and "--grpo_precision is for the CPU path" in gpus.stderr
+
+
+def test_bf16_grpo_is_refused_where_the_cpu_emulates_bf16(tmp_path: Path) -> None:
+    from rlvr.cpu.sft import native_bf16
+
+    if native_bf16():
+        pytest.skip("this CPU computes bf16 natively: the quickstart would run")
+    out = tmp_path / "qs"
+    done = _quickstart("--gpus", "0", "--grpo_precision", "bf16", "--out", str(out))
+    assert done.returncode == 2 and "no native bf16" in done.stderr, done.stderr
+    assert not out.exists()
 
 
 def test_quickstart_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:

@@ -97,15 +97,15 @@ def test_report_md_states_the_held_out_change_of_the_json(
     assert headline in section and headline in capsys.readouterr().out
 
 
-def test_the_seed_and_the_training_rewards_quarters_are_recorded(
+def test_the_seed_precision_and_the_training_rewards_quarters_are_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The quarters are recomputed here from the recorded run's metrics.jsonl (an independent
     read of the same lines): first and last len // 4 training steps, their means."""
     out, argv = quickstart_out(tmp_path, GAIN)
-    assert load_script().main([*argv, "--seed", "7"]) == 0
+    assert load_script().main([*argv, "--seed", "7", "--grpo_precision", "bf16"]) == 0
     report = json.loads((out / "quickstart_report.json").read_text())
-    assert report["seed"] == 7
+    assert report["seed"] == 7 and report["grpo_precision"] == "bf16"
     lines = (RECORDED_RUN / "metrics.jsonl").read_text().splitlines()
     scores = [r["data"]["critic/score/mean"] for r in map(json.loads, lines) if r["step"] > 0]
     quarter = len(scores) // 4

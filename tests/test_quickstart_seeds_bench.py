@@ -63,3 +63,26 @@ def test_a_seed_without_its_report_is_named(
 ) -> None:
     assert load_benchmark().main(["--seeds", "3", "--out", str(tmp_path), "--analyse_only"]) == 2
     assert "seed(s) [3]" in capsys.readouterr().err
+
+
+def test_the_precision_goes_to_each_seed_not_to_the_old_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--grpo_precision bf16 reaches every seed's quickstart; the old commit's runs as it is."""
+    bench = load_benchmark()
+    calls: list[tuple[str, list[str]]] = []
+
+    def record(tree: Path, args: list[str], out: Path, timeout_s: float) -> float:
+        calls.append((out.name, args))
+        return 1.0
+
+    monkeypatch.setattr(bench, "run_quickstart", record)
+    monkeypatch.setattr(bench, "old_tree", lambda commit, folder: folder)
+    argv = ["--seeds", "1,2", "--out", str(tmp_path), "--old", "9697216"]
+    argv += ["--grpo_precision", "bf16"]
+    assert bench.main(argv) == 2  # no reports were written: the seeds are named, nothing read
+    assert calls == [
+        ("old", []),
+        ("seed_1", ["--seed", "1", "--grpo_precision", "bf16"]),
+        ("seed_2", ["--seed", "2", "--grpo_precision", "bf16"]),
+    ]
