@@ -16,7 +16,7 @@ import time
 import torch
 
 from rlvr.cpu.compat import cpu_threads
-from rlvr.cpu.sft import native_bf16
+from rlvr.cpu.precision import native_bf16
 
 
 def _step_seconds(model_dir: str, dtype: torch.dtype, batch: int, length: int) -> float:

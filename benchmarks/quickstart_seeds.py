@@ -37,6 +37,7 @@ from pathlib import Path
 
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import run_bounded
+from rlvr.cpu.precision import GRPO_PRECISIONS
 
 #: The claim a seed-robust recipe meets on every seed (docs/QUICKSTART.md, "Over seeds").
 MIN_GAIN, MIN_LOW, MIN_RISE = 0.10, 0.03, 0.08
@@ -197,8 +198,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--old", help="also time this commit's quickstart first (its own seed)")
     parser.add_argument(
         "--grpo_precision",
-        choices=("fp32", "bf16"),
-        default="fp32",
+        choices=GRPO_PRECISIONS,
+        default=GRPO_PRECISIONS[0],
         help="quickstart.sh --grpo_precision for each seed (%(default)s; not for --old)",
     )
     parser.add_argument("--timeout_min", type=float, default=45.0, help="hard limit per run")

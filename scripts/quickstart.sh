@@ -190,7 +190,7 @@ if [[ "$PRECISION" == bf16 ]]; then
     for ROLE in actor ref; do
         PRECISION_OVERRIDES+=(actor_rollout_ref.$ROLE.fsdp_config.mixed_precision.param_dtype=bf16)
     done
-    [[ "$DRY_RUN" == 1 ]] || "${PY[@]}" -c "from rlvr.cpu.sft import native_bf16; raise SystemExit(not native_bf16())" \
+    [[ "$DRY_RUN" == 1 ]] || "${PY[@]}" -c "from rlvr.cpu.precision import native_bf16; raise SystemExit(not native_bf16())" \
         || { echo "--grpo_precision bf16: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 runs slower than fp32" >&2; exit 2; }
 fi
 probe() {  # MODEL_DIR NAME PROMPTS [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed

@@ -222,3 +222,22 @@ def test_lora_at_a_full_fine_tuning_lr_only_warns(
     err = capsys.readouterr().err
     assert ("warning: LoRA at lr 1e-06" in err and "optim.lr=1e-4" in err) == warned
     assert ("LoRA at lr" in err) == warned
+
+
+@pytest.mark.parametrize(("native", "warned"), [(False, True), (True, False)])
+def test_bf16_on_a_cpu_that_emulates_it_only_warns(
+    ready_root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    native: bool,
+    warned: bool,
+) -> None:
+    """A train.sh run that asks the CPU path for bf16 where the CPU only emulates it (slower
+    than fp32) hears it before Ray starts, and still starts; on a native-bf16 CPU, nothing."""
+    from rlvr.cpu import precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
+    overrides = ["actor_rollout_ref.rollout.dtype=bfloat16"]
+    assert check(compose("countdown_cpu", overrides, root=ready_root)) == []
+    err = capsys.readouterr().err
+    assert ("warning: actor_rollout_ref.rollout.dtype=bfloat16: this CPU" in err) == warned

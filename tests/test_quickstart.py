@@ -106,7 +106,7 @@ def test_bf16_grpo_is_verls_gpu_precision_in_plain_verl_keys(tmp_path: Path) -> 
 
 
 def test_bf16_grpo_is_refused_where_the_cpu_emulates_bf16(tmp_path: Path) -> None:
-    from rlvr.cpu.sft import native_bf16
+    from rlvr.cpu.precision import native_bf16
 
     if native_bf16():
         pytest.skip("this CPU computes bf16 natively: the quickstart would run")

@@ -231,18 +231,6 @@ def test_cpu_batches_are_verls_batches_made_in_process(monkeypatch: pytest.Monke
         assert torch.equal(here, there)
 
 
-def test_torch_still_has_the_bf16_checks() -> None:
-    """``native_bf16`` reads private torch.cpu functions: a torch without them fails here, not by
-    silently training SFT in fp32 at half the speed (or crashing at the first launch)."""
-    import torch.cpu
-
-    from rlvr.cpu import sft
-
-    for name in sft.BF16_CHECKS:
-        assert isinstance(getattr(torch.cpu, name)(), bool), name
-    assert isinstance(sft.native_bf16(), bool)
-
-
 @pytest.mark.slow
 @pytest.mark.no_cuda  # the CPU path (rlvr/cpu/sft.py)
 def test_launch_sft_writes_a_trained_loadable_model(tmp_path: Path) -> None:

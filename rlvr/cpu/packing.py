@@ -48,8 +48,8 @@ def response_log_probs(
         use_cache=False,
         logits_to_keep=layout.keep,
     )
-    # (tokens, vocab), in fp32 whatever the model computes in: bf16 log probs would round the
-    # policy ratio by ~1% per token
+    # (tokens, vocab), in fp32 whatever the model computes in: a bf16 log prob of -2 is only good
+    # to +-0.008, and the policy ratio exp(new - old) carries that error per token
     logits = out.logits[layout.row, layout.column].float() / temperature
     responses = micro_batch["responses"]
     where = (layout.batch_index, layout.token_index)

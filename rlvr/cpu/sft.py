@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlvr.common.verl_guards import require_source
+from rlvr.cpu.precision import native_bf16
 
 _installed = False
 
@@ -93,17 +94,6 @@ def _sdpa_attention() -> None:
             return auto_model.from_pretrained(*args, **kwargs)
 
     fsdp_sft_trainer.AutoModelForCausalLM = AutoModelForCausalLM  # type: ignore[misc]
-
-
-#: torch.cpu's checks for the oneDNN bf16 kernels (private, but what torch's own tests use).
-BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (oneDNN's AVX512-BF16 or AMX kernels)."""
-    import torch.cpu
-
-    return any(bool(getattr(torch.cpu, name)()) for name in BF16_CHECKS)
 
 
 def _fp32_fsdp2() -> None:

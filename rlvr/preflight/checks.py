@@ -10,7 +10,8 @@ GPUs, a running Ray cluster verl would join silently, a run that would train 0 s
 (``steps``), checkpoints of another run it would resume from (``run_identity``), and
 checkpoints that cannot fit the disk.
 A GPU run whose memory plan (rlvr/planning/memory_plan.py, an estimate) does not fit the GPU is
-a warning; with RLVR_STRICT_MEMORY=1 in the environment it is refused too.
+a warning; with RLVR_STRICT_MEMORY=1 in the environment it is refused too. A CPU run in bf16
+on a CPU that only emulates it (``rlvr.cpu.precision``: slower there than fp32) is a warning too.
 The data-file checks are in ``preflight_data``, the Ray one in ``ray_cluster``; the numeric and
 verl config checks here also serve the sweep runner (rlvr/sweep/runner.py).
 """
@@ -35,6 +36,7 @@ from rlvr import tasks
 from rlvr.common.checkpoints import TRACKER_FILE, UnreadableTracker, saved_steps, tracked_step
 from rlvr.common.messages import first_line
 from rlvr.config.batching import batching
+from rlvr.cpu.precision import emulated_bf16_warning
 from rlvr.models.hub import model_path_problem
 from rlvr.planning.checkpoint_budget import estimate, human
 from rlvr.preflight import hub_cache
@@ -312,6 +314,8 @@ def check(config: Any, visible_gpus: int | None = None) -> list[str]:
     problems += _gpu_problems(config, visible_gpus)
     if not numeric:
         _warn_lora_lr(config)
+        if (slow_bf16 := emulated_bf16_warning(config)) is not None:
+            print(f"pre-flight: warning: {slow_bf16}", file=sys.stderr)
         problems += _memory_problems(config)
     problems += _overlong_buffer_problems(config)
     problems += _reward_problems(config, task)
