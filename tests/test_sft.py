@@ -201,6 +201,29 @@ def test_fp32_only_where_the_cpu_lacks_native_bf16(
     assert sft._sdpa_attention in sft.cpu_fixes()
 
 
+@pytest.mark.parametrize(("asked", "packed"), [(None, False), ("0", False), ("1", True)])
+def test_the_packed_sft_loss_is_installed_when_asked(
+    monkeypatch: pytest.MonkeyPatch, asked: str | None, packed: bool
+) -> None:
+    """RLVR_SFT_PACKED=1 swaps run_sft's trainer for PackedSFTTrainer (rlvr/cpu/sft_packing.py);
+    without it verl's padded forward stays, the default recipe's."""
+    from verl.trainer import fsdp_sft_trainer
+
+    from rlvr.cpu import sft
+    from rlvr.cpu.sft_packing import PackedSFTTrainer
+
+    if asked is None:
+        monkeypatch.delenv("RLVR_SFT_PACKED", raising=False)
+    else:
+        monkeypatch.setenv("RLVR_SFT_PACKED", asked)
+    assert (sft._packed_sft_loss in sft.cpu_fixes()) is packed
+    verls = fsdp_sft_trainer.FSDPSFTTrainer
+    monkeypatch.setattr(fsdp_sft_trainer, "FSDPSFTTrainer", verls)  # restored afterwards
+    sft._packed_sft_loss()
+    assert fsdp_sft_trainer.FSDPSFTTrainer is PackedSFTTrainer
+    assert PackedSFTTrainer.__mro__[1] is verls
+
+
 def test_cpu_batches_are_verls_batches_made_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """On CPU the trainer's loaders make their batches in its own process, unpinned; for the
     trainer's shuffled sampler they are verl's loader's batches (worker processes), in order."""

@@ -23,6 +23,13 @@ trainer needs two more, because it hard-codes what the GRPO workers read from th
   fp32 (benchmarks/bench_sft_precision.py), and the quickstart's SFT phase 170 s against 265 s.
   One difference from verl on GPUs stays: with CPU autocast off the loss is taken on bf16
   logits (CUDA autocast upcasts them); the quickstart's final losses matched fp32's within 0.004.
+- ``_packed_sft_loss``, with ``RLVR_SFT_PACKED=1``: the trainer runs every row at
+  ``data.max_length`` (its remove-padding needs flash-attn); ``rlvr.cpu.sft_packing``'s
+  ``PackedSFTTrainer`` takes the same loss from one packed forward, without padding or the
+  repeated system line. The quickstart's SFT stage took 0.86x the time
+  (benchmarks/bench_sft_packing.py). Off by default: it changes the SFT model at float rounding,
+  and so the default recipe's random streams, whose figures the README and the learning test
+  state (docs/TRAINING.md, "CPU speed").
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ def cpu_fixes() -> tuple[Callable[[], None], ...]:
         _cpu_batches,
         *((_fp32_fsdp2,) if fp32 else ()),
         _sft_threads,
+        *((_packed_sft_loss,) if os.environ.get("RLVR_SFT_PACKED") == "1" else ()),
     )
 
 
@@ -146,3 +154,18 @@ def _sft_threads() -> None:
     from rlvr.cpu.compat import cpu_threads
 
     torch.set_num_threads(cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+
+
+def _packed_sft_loss() -> None:
+    """``trainer = FSDPSFTTrainer(...)`` in ``run_sft`` -> ``PackedSFTTrainer`` (its subclass)."""
+    from verl.trainer import fsdp_sft_trainer
+
+    from rlvr.cpu.sft_packing import PackedSFTTrainer
+
+    _require_source(fsdp_sft_trainer.run_sft, "trainer = FSDPSFTTrainer(")
+    method = fsdp_sft_trainer.FSDPSFTTrainer._compute_loss_and_backward
+    _require_source(method, 'loss_mask = batch.pop("loss_mask")[:, 1:]')
+    _require_source(method, "loss = torch.sum(loss) / (valid_token_this_rank + 1e-8) * dp_size")
+    _require_source(method, "loss = loss / n_micro_batches")
+    if fsdp_sft_trainer.FSDPSFTTrainer is not PackedSFTTrainer:
+        fsdp_sft_trainer.FSDPSFTTrainer = PackedSFTTrainer  # type: ignore[misc]
