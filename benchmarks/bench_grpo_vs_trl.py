@@ -2,10 +2,10 @@
 
 Usage: uv run --no-sync python benchmarks/bench_grpo_vs_trl.py [--steps 3] [--model DIR]
            [--experiment countdown_smollm2_cpu] [--order ours-first|trl-first]
-           [--trl_micro_batch 32] [--timeout_s 1800] [--work DIR] [--keep]
+           [--trl_micro_batch 40] [--timeout_s 1800] [--work DIR] [--keep]
 
 What runs. The data is the quickstart's (scripts/quickstart.sh's data prep flags: generated
-Countdown, plain template, offline), the model ``--model`` (default SmolLM2-135M-Instruct, built
+Countdown, compact template, offline), the model ``--model`` (default SmolLM2-135M-Instruct, built
 offline by ``scripts/build_model.py smollm2`` when missing; pass a quickstart run's SFT model to
 time from there). Ours: ``bash scripts/train.sh countdown_smollm2_cpu`` with that model, for
 ``--steps`` steps, no validation, no checkpoint (bench_train_cpu.launch: hard timeout, own Ray temp
@@ -81,10 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--trl_micro_batch",
         type=int,
-        default=32,
-        help="completions per forward/backward on TRL's side (default 32: two micro batches of a "
-        "4 x 16 batch, padded and unpacked; 64 in one needs ~14 GB, where verl's packed one needs "
-        "~6.5 GB)",
+        default=40,
+        help="completions per forward/backward on TRL's side (default 40: six micro batches of "
+        "the quickstart's 12 x 20 batch, padded and unpacked; 64 in one needed ~14 GB, where "
+        "verl's packed 4 x 16 one needed ~6.5 GB)",
     )
     parser.add_argument(
         "--timeout_s",
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         data = verl_bench.prepare_data(
-            work, verl_bench.QUICKSTART_DATA, "the quickstart's plain template"
+            work, verl_bench.QUICKSTART_DATA, "the quickstart's compact template"
         )
         if (
             args.model == verl_bench.MODEL_DIR.resolve()

@@ -9,7 +9,7 @@ rows, built once, offline) and SmolLM2-135M-Instruct (``scripts/build_model.py s
 ``--steps`` training steps with no validation and no checkpoint, so only steps are timed. The old
 commit runs from a ``git worktree`` in the work folder, on this environment's python (removed at
 the end). With ``--quickstart`` both run the quickstart's GRPO instead: ``countdown_smollm2_cpu``
-(4 prompts x 16 responses of up to 24 tokens) on its data (QUICKSTART_DATA),
+(12 prompts x 20 responses of up to 24 tokens) on its data (QUICKSTART_DATA),
 from ``--model`` (a quickstart run's SFT model, say). Repetitions alternate which side goes
 first. Each launch has a hard timeout and its own Ray temp dir, and only that Ray's leftover
 processes are cleaned up.
@@ -99,7 +99,7 @@ FEWSHOT_DATA = ("--source", "generate", "--template", "fewshot",
                 "--train_size", "512", "--test_size", "32")  # fmt: skip
 #: scripts/quickstart.sh's data prep for SmolLM2 (DATA_ARGS, --train_size, --test_size), for
 #: --quickstart and bench_grpo_vs_trl; tests/test_bench_grpo_vs_trl.py checks they still are.
-QUICKSTART_DATA = ("--source", "generate", "--template", "plain", "--sft", "--num_range", "2,3",
+QUICKSTART_DATA = ("--source", "generate", "--template", "compact", "--sft", "--num_range", "2,3",
                    "--max_number", "10", "--target_range", "1,30",
                    "--train_size", "1024", "--test_size", "96")  # fmt: skip
 
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     try:
         if args.quickstart:
-            data = prepare_data(work, QUICKSTART_DATA, "the quickstart's plain template")
+            data = prepare_data(work, QUICKSTART_DATA, "the quickstart's compact template")
         else:
             data = prepare_data(work)
         if args.model == MODEL_DIR:  # built offline once; a --model folder is used as given

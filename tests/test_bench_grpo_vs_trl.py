@@ -32,7 +32,7 @@ def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
 
 
 def _kwargs(
-    modules: tuple[ModuleType, ModuleType], *overrides: str, micro_batch: int = 32
+    modules: tuple[ModuleType, ModuleType], *overrides: str, micro_batch: int = 40
 ) -> dict[str, Any]:
     bench, step = modules
     knobs = json.loads(json.dumps(bench.experiment_knobs(compose(EXPERIMENT, list(overrides)))))
@@ -45,20 +45,21 @@ def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, Module
     config = compose(EXPERIMENT)
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     kwargs = _kwargs(modules)
-    assert kwargs["num_generations"] == rollout.n == 16
-    # One optimizer step on the batch's 4 x 16 completions, in two micro batches of 32.
+    assert kwargs["num_generations"] == rollout.n == 20
+    # One optimizer step on the batch's 12 x 20 completions, in six micro batches of 40.
     batch = kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"]
-    assert batch == config.data.train_batch_size * rollout.n == 64
-    assert (kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"]) == (32, 2)
+    assert batch == config.data.train_batch_size * rollout.n == 240
+    assert (kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"]) == (40, 6)
     assert kwargs["num_iterations"] == 1
-    whole = _kwargs(modules, micro_batch=64)
-    assert (whole["per_device_train_batch_size"], whole["gradient_accumulation_steps"]) == (64, 1)
+    whole = _kwargs(modules, micro_batch=240)
+    assert (whole["per_device_train_batch_size"], whole["gradient_accumulation_steps"]) == (240, 1)
     with pytest.raises(ValueError, match="does not divide"):
-        _kwargs(modules, micro_batch=24)
+        _kwargs(modules, micro_batch=32)
     assert kwargs["max_completion_length"] == config.data.max_response_length == 24
     assert kwargs["max_prompt_length"] == config.data.max_prompt_length
-    assert kwargs["learning_rate"] == actor.optim.lr == 2e-5
-    assert kwargs["beta"] == actor.kl_loss_coef == 0.01
+    assert kwargs["learning_rate"] == actor.optim.lr == 3e-5
+    # The experiment has no KL loss: TRL's beta 0 (no reference model either).
+    assert not actor.use_kl_loss and kwargs["beta"] == 0.0
     assert (kwargs["temperature"], kwargs["top_p"], kwargs["top_k"]) == (1.0, 1.0, None)
     assert kwargs["loss_type"] == "dapo"  # verl's token-mean over the whole batch
     assert kwargs["lr_scheduler_type"] == "constant" and kwargs["warmup_steps"] == 0
@@ -71,8 +72,12 @@ def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, Module
     assert kwargs["gradient_checkpointing"] is False
     assert kwargs["model_init_kwargs"] == {"dtype": "float32", "attn_implementation": "sdpa"}
     # A changed knob follows.
-    assert _kwargs(modules, "actor_rollout_ref.rollout.n=8")["num_generations"] == 8
-    assert _kwargs(modules, "actor_rollout_ref.actor.kl_loss_coef=0.05")["beta"] == 0.05
+    assert _kwargs(modules, "actor_rollout_ref.rollout.n=10")["num_generations"] == 10
+    with_kl = (
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_coef=0.05",
+    )
+    assert _kwargs(modules, *with_kl)["beta"] == 0.05
 
 
 @pytest.mark.parametrize(
@@ -89,7 +94,7 @@ def test_objectives_trl_cannot_match_are_refused(
     modules: tuple[ModuleType, ModuleType], override: str, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        _kwargs(modules, override)
+        _kwargs(modules, "actor_rollout_ref.actor.use_kl_loss=true", override)
 
 
 def test_reward_wrapper_scores_as_the_reward_file(modules: tuple[ModuleType, ModuleType]) -> None:
@@ -128,7 +133,7 @@ def test_trl_grpo_config_accepts_the_arguments(modules: tuple[ModuleType, Module
     code = (
         "import json, sys; sys.path.insert(0, 'benchmarks'); from trl import GRPOConfig;"
         "from trl_grpo_step import grpo_config_kwargs;"
-        "k = dict(json.load(sys.stdin), micro_batch=32);"
+        "k = dict(json.load(sys.stdin), micro_batch=40);"
         "c = GRPOConfig(**grpo_config_kwargs(k, '/tmp/trl-config-check', 3));"
         "print(c.generation_batch_size, c.steps_per_generation, c.loss_type, c.beta)"
     )
@@ -138,6 +143,6 @@ def test_trl_grpo_config_accepts_the_arguments(modules: tuple[ModuleType, Module
         timeout=180, env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    # One generation of all 64 completions per optimizer step (two micro batches of 32): TRL
-    # then computes no old log probs, as the experiment takes the rollout's.
-    assert done.stdout.split() == ["64", "2", "dapo", "0.01"]
+    # One generation of all 240 completions per optimizer step (six micro batches of 40): TRL
+    # then computes no old log probs, as the experiment takes the rollout's; no KL, beta 0.
+    assert done.stdout.split() == ["240", "6", "dapo", "0.0"]

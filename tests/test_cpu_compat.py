@@ -462,6 +462,7 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
 
     from rlvr.cpu import compat as cpu_compat
     from rlvr.cpu.rollout import ROLLOUT_ENTROPY_KEY, SAMPLING_SEED, sampling_seed
+    from rlvr.models.sampling import InverseCdfSampler
     from rlvr.models.tiny import build_model
 
     monkeypatch.setattr(torch, "autocast", torch.autocast)
@@ -485,7 +486,8 @@ def test_hf_rollout_shares_prompts_and_returns_log_probs(
     base = SAMPLING_SEED if run_seed is None else run_seed
     torch.manual_seed(sampling_seed(rank=0, call=1, base=base))  # the stream it sampled from
     model = AutoModelForCausalLM.from_pretrained(path)
-    kwargs = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 0.8}
+    # sampled as the rollout samples: rlvr/models/sampling.py (tests/test_sampling.py)
+    kwargs = {"do_sample": False, "logits_processor": [InverseCdfSampler(0.8)]}
     plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10,
                            pad_token_id=0, eos_token_id=2, **kwargs)  # fmt: skip
     responses = out.batch["responses"]

@@ -88,10 +88,11 @@ def test_every_preset_sets_the_same_knobs() -> None:
 
 def test_experiment_pins_win_over_the_preset() -> None:
     """countdown_smollm2_cpu drops zero-spread groups (grpo_drop_constant, GRPO's advantages)
-    and keeps the KL weight its figures were measured with: every preset keeps both (an explicit
-    override changes them)."""
+    and runs without the KL loss its figures were measured without: every preset keeps both (an
+    explicit override changes them)."""
     # (the KL weight is no preset's: every experiment states its own kl_loss_coef)
     assert pinned_objective_keys("countdown_smollm2_cpu", "reinforce_nanochat") == [
+        "actor_rollout_ref.actor.use_kl_loss",
         "algorithm.adv_estimator",
     ]
     assert pinned_objective_keys("countdown_qwen3_4b", "dapo") == []

@@ -213,7 +213,7 @@ def test_precedence_overlays_then_the_experiment_then_base_model_then_the_comman
     assert compose("countdown_qwen3_4b", ["hardware=h100x1"]).trainer.n_gpus_per_node == 1
     tiny = compose("countdown_smollm2_cpu", ["base_model=tiny"])
     assert str(tiny.actor_rollout_ref.model.path).endswith("artifacts/models/tiny")
-    assert tiny.actor_rollout_ref.actor.optim.lr == 2e-5  # the experiment's, not tiny's
+    assert tiny.actor_rollout_ref.actor.optim.lr == 3e-5  # the experiment's, not tiny's
     small = compose("countdown_qwen3_4b", ["base_model=qwen2_5_0_5b_instruct"])
     assert small.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
     assert small.data.train_batch_size == 64

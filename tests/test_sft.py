@@ -201,12 +201,12 @@ def test_fp32_only_where_the_cpu_lacks_native_bf16(
     assert sft._sdpa_attention in sft.cpu_fixes()
 
 
-@pytest.mark.parametrize(("asked", "packed"), [(None, False), ("0", False), ("1", True)])
+@pytest.mark.parametrize(("asked", "packed"), [(None, True), ("0", False), ("1", True)])
 def test_the_packed_sft_loss_is_installed_when_asked(
     monkeypatch: pytest.MonkeyPatch, asked: str | None, packed: bool
 ) -> None:
-    """RLVR_SFT_PACKED=1 swaps run_sft's trainer for PackedSFTTrainer (rlvr/cpu/sft_packing.py);
-    without it verl's padded forward stays, the default recipe's."""
+    """On CPU run_sft's trainer is PackedSFTTrainer (rlvr/cpu/sft_packing.py) unless
+    RLVR_SFT_PACKED=0, which keeps verl's padded forward."""
     from verl.trainer import fsdp_sft_trainer
 
     from rlvr.cpu import sft

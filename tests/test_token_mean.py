@@ -298,6 +298,7 @@ def _effective_weights(ranks: list[Any], kept_groups: set[int], config: Any, our
 
 
 SMALL_CPU_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"
+ONE_CPU_MICRO_BATCH = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=131072"
 
 
 @pytest.mark.parametrize(
@@ -306,8 +307,9 @@ SMALL_CPU_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"
         ("countdown_qwen3_4b", 8, [], True),
         ("countdown_qwen3_4b", 1, [], True),
         ("gsm8k_qwen2_5_0_5b_1gpu", 2, [], True),
-        ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),  # 2 micro batches, as before
-        ("countdown_smollm2_cpu", 1, [], False),  # one micro batch: verl's weights are alike
+        ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),
+        ("countdown_smollm2_cpu", 1, [], True),  # 12 x 20 rows: several micro batches
+        ("countdown_smollm2_cpu", 1, [ONE_CPU_MICRO_BATCH], False),  # one: verl's weights alike
     ],
 )
 def test_kept_tokens_weigh_alike_at_the_experiments_shapes(

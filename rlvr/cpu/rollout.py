@@ -11,11 +11,14 @@ cached decoding steps then never advance their positions and greedy output degen
 (``<answer>(1777777...``). The model's ``generate`` here drops them, and HF derives positions
 from the left-padded attention mask at every step, which is what verl's position ids encode.
 
-Speed (docs/TRAINING.md, "CPU speed"), none of which changes what is sampled:
+Speed (docs/TRAINING.md, "CPU speed"), none of which changes the distribution sampled from:
 
 - generation runs without the batch's common left padding (prompts are padded to
   ``data.max_prompt_length``), and the output gets those columns back, so every rank returns the
   width verl expects;
+- plain temperature sampling draws each token by inverting the cumulative distribution with one
+  uniform number per row (rlvr/models/sampling.py), not with ``torch.multinomial``'s exponential
+  number per vocabulary entry: 1.8 s less per quickstart rollout, and other tokens for a seed;
 - prompts repeated ``rollout.n`` times are prefilled once: the prompt (all but its last token)
   goes through the model once per distinct prompt, and the KV cache is copied to its repeats;
 - with ``rollout.calculate_log_probs`` (training batches only), the sampled tokens' log
@@ -41,7 +44,10 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
 from rlvr.models.attention import register as register_grouped_sdpa
+from rlvr.models.decoding import Decoding, decode, decodes_as_generate
+from rlvr.models.kv_cache import with_room
 from rlvr.models.prefill import shared_prompt_cache
+from rlvr.models.sampling import inverse_cdf_sampling
 
 # Per-token entropy of the rollout's sampling distribution (before top-k/top-p), for the
 # ``actor/entropy`` metric that verl 0.6.1 computes only in the old-log-prob pass.
@@ -240,14 +246,46 @@ class HFSyncRollout(HFRollout):
         return log_probs, entropy
 
     def _shared_prompt_generate(self, **kwargs: Any) -> Any:
-        """``generate`` with each distinct prompt prefilled once (see the module docstring)."""
+        """``generate`` with each distinct prompt prefilled once and, for greedy or
+        temperature-only sampling, ended rows no longer computed (see the module docstring)."""
+        config, samplers = inverse_cdf_sampling(kwargs["generation_config"])
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        cache = shared_prompt_cache(self.module, ids, mask)
+        greedy = not kwargs.get("do_sample", config.do_sample)
+        if (samplers or greedy) and ids.size(1) > 1 and decodes_as_generate(self.module):
+            return self._decode(
+                ids, mask, cache, kwargs, samplers[0].temperature if samplers else 0
+            )
         if self._keep_logits:
             kwargs["output_logits"] = True
             kwargs["return_dict_in_generate"] = True
-        cache = shared_prompt_cache(self.module, kwargs["input_ids"], kwargs["attention_mask"])
-        if cache is not None:
-            kwargs["past_key_values"] = cache
+        if samplers:  # rlvr/models/sampling.py: the same draw without multinomial's cost
+            kwargs.update(generation_config=config, do_sample=False, logits_processor=samplers)
+        if cache is not None:  # each decoding step writes in place (rlvr/models/kv_cache.py)
+            kwargs["past_key_values"] = with_room(cache, int(kwargs.get("max_new_tokens") or 0))
         output = self._generate(**kwargs)
         if self._keep_logits:
             self._raw_logits = tuple(output.logits)
         return output
+
+    def _decode(
+        self, ids: torch.Tensor, mask: torch.Tensor, cache: Any, kwargs: dict[str, Any], t: float
+    ) -> Any:
+        """``rlvr.models.decoding.decode`` in ``generate``'s output shape (sequences, logits)."""
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        output: Any = GenerateDecoderOnlyOutput  # its fields are typed LongTensor, FloatTensor
+
+        eos = kwargs.get("eos_token_id")
+        how = Decoding(
+            max_new_tokens=int(kwargs["max_new_tokens"]),
+            stop_ids=[] if eos is None else [int(e) for e in torch.tensor(eos).reshape(-1)],
+            pad_id=int(kwargs["pad_token_id"]),
+            temperature=t,
+            keep_logits=self._keep_logits,
+        )
+        decoded = decode(self.module, ids, mask, cache, how)
+        if self._keep_logits:
+            self._raw_logits = decoded.logits
+        sequences = torch.cat([ids, decoded.tokens.to(ids.dtype)], dim=1)
+        return output(sequences=sequences, logits=decoded.logits or None)

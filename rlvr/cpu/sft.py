@@ -23,13 +23,12 @@ trainer needs two more, because it hard-codes what the GRPO workers read from th
   fp32 (benchmarks/bench_sft_precision.py), and the quickstart's SFT phase 170 s against 265 s.
   One difference from verl on GPUs stays: with CPU autocast off the loss is taken on bf16
   logits (CUDA autocast upcasts them); the quickstart's final losses matched fp32's within 0.004.
-- ``_packed_sft_loss``, with ``RLVR_SFT_PACKED=1``: the trainer runs every row at
+- ``_packed_sft_loss``, unless ``RLVR_SFT_PACKED=0``: the trainer runs every row at
   ``data.max_length`` (its remove-padding needs flash-attn); ``rlvr.cpu.sft_packing``'s
   ``PackedSFTTrainer`` takes the same loss from one packed forward, without padding or the
   repeated system line. The quickstart's SFT stage took 0.86x the time
-  (benchmarks/bench_sft_packing.py). Off by default: it changes the SFT model at float rounding,
-  and so the default recipe's random streams, whose figures the README and the learning test
-  state (docs/TRAINING.md, "CPU speed").
+  (benchmarks/bench_sft_packing.py). ``RLVR_SFT_PACKED=0`` runs verl's padded forward instead
+  (the SFT model differs from it at float rounding).
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ def cpu_fixes() -> tuple[Callable[[], None], ...]:
         _cpu_batches,
         *((_fp32_fsdp2,) if fp32 else ()),
         _sft_threads,
-        *((_packed_sft_loss,) if os.environ.get("RLVR_SFT_PACKED") == "1" else ()),
+        *((_packed_sft_loss,) if os.environ.get("RLVR_SFT_PACKED", "1") != "0" else ()),
     )
 
 

@@ -1,5 +1,5 @@
 """verl 0.6.1's SFT loss from one packed forward, for the CPU path (``rlvr.cpu.sft`` installs it
-with ``RLVR_SFT_PACKED=1``).
+unless ``RLVR_SFT_PACKED=0``).
 
 Without flash-attn, verl's ``FSDPSFTTrainer`` cannot remove padding (``use_remove_padding`` needs
 its varlen kernels), so it runs every row at ``data.max_length`` and computes the vocabulary

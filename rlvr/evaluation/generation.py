@@ -23,8 +23,11 @@ from rlvr.evaluation import EvalError
 from rlvr.evaluation.model import ModelSource, check_context, generation_config_eos, stop_ids
 from rlvr.evaluation.settings import SamplingSettings
 from rlvr.models.attention import register as register_grouped_sdpa
+from rlvr.models.decoding import Decoding, decode
 from rlvr.models.hub import HUB_ID
+from rlvr.models.kv_cache import with_room
 from rlvr.models.prefill import PromptPrefills, shared_prompt_cache
+from rlvr.models.sampling import inverse_cdf_sampling
 
 
 @dataclass
@@ -186,30 +189,58 @@ class HFBackend:
     def _generate_batch(
         self, prompts: list[list[int]], sampling: SamplingSettings
     ) -> list[tuple[list[int], list[float]]]:
-        """Left-padded prompts through one ``generate`` call: new token ids and raw log-probs."""
+        """Left-padded prompts decoded together: new token ids and raw log-probs."""
         import torch
-        from transformers import LogitsProcessorList
 
         width = max(len(ids) for ids in prompts)
         input_ids = torch.tensor([[self.pad_id] * (width - len(ids)) + ids for ids in prompts])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
-        recorder = _RawLogprobs()
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         # n samples of a prompt share one prefill (jobs come grouped by prompt)
         if self.prefills is not None:
             cache = self.prefills.cache(prompts)
         else:
             cache = shared_prompt_cache(self.model, input_ids, mask)
+        how = self._decoding(sampling)
+        if cache is not None and how is not None:  # the CPU: ended rows stop computing
+            decoded = decode(self.model, input_ids, mask, cache, how)
+            return list(zip(decoded.tokens.tolist(), decoded.logprobs.tolist(), strict=True))
+        return self._generate(input_ids, mask, cache, sampling)
+
+    def _decoding(self, sampling: SamplingSettings) -> Decoding | None:
+        """``rlvr.models.decoding``'s settings on a CPU, for greedy or temperature-only sampling;
+        None where ``generate`` decodes (a GPU, top-p)."""
+        # (generate here ignores the model's generation_config.json: use_model_defaults=False)
+        if self.prefills is None or (sampling.temperature > 0 and sampling.top_p < 1.0):
+            return None
+        return Decoding(
+            max_new_tokens=sampling.max_tokens,
+            stop_ids=[] if sampling.ignore_eos else list(self.eos_ids),
+            pad_id=self.pad_id,
+            temperature=max(sampling.temperature, 0.0),
+        )
+
+    def _generate(
+        self, input_ids: Any, mask: Any, cache: Any, sampling: SamplingSettings
+    ) -> list[tuple[list[int], list[float]]]:
+        """One ``generate`` call from ``cache`` (None: it prefills): new ids and raw log-probs."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        recorder = _RawLogprobs()  # first: it reads the raw scores the sampler then replaces
+        config, samplers = inverse_cdf_sampling(self._config(sampling))
+        if cache is not None:  # each decoding step writes in place (rlvr/models/kv_cache.py)
+            cache = with_room(cache, sampling.max_tokens)
         with torch.no_grad():
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=mask,
-                generation_config=self._config(sampling),
-                logits_processor=LogitsProcessorList([recorder]),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder, *samplers]),
                 use_model_defaults=False,
                 **({"past_key_values": cache} if cache is not None else {}),
             )
-        new_tokens = sequences[:, width:]
+        new_tokens = sequences[:, input_ids.shape[1] :]
         logprobs = recorder.finish(new_tokens)
         return list(zip(new_tokens.tolist(), logprobs.tolist(), strict=True))
 
