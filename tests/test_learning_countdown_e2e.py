@@ -9,13 +9,13 @@ that the SFT model never did than the other way round. The negative control trai
 same SFT model, data, seed and steps with the reward negated (tests/negated_countdown_reward.py:
 every advantage's sign flipped, a sign check of the learning signal) and is evaluated on the
 same prompts with the same sampling and seed: its pass@1 must not rise significantly, and must
-end below the real run's. Slow (665 s on 2 cores in CI at 40d2aea, 1,100 s at 4520439 on a
-slower machine); CI runs it. It asserts what holds on any CPU, never one machine's digits: the
-sampled trajectories part between CPU kinds (docs/QUICKSTART.md, "Which figures your CPU
-gives"). Measured on the AVX512-BF16 EPYC: +9.38 pt [+4.60, +14.15] for the quickstart (17 prompts
-newly solved against 8 lost) since the group filter weighs kept tokens alike (before it: +4.69 pt
-[+1.46, +7.92]), and -8.59 pt [-11.61, -5.58] for the control (at 40d2aea too); +5.47 pt
-[+2.17, +8.77] on an Intel Xeon and +5.73 pt [+1.23, +10.23] on an AVX2-only EPYC.
+end below the real run's. Slow (839 s on 2 cores in CI at 5a2dd7f with the 4 x 16 recipe; the
+12 x 20 recipe's GRPO stage costs about 100 s more in each of its two runs); CI runs it. It
+asserts what holds on any CPU, never one machine's digits: the sampled trajectories part between
+CPU kinds (docs/QUICKSTART.md, "Which figures your CPU gives"). Measured for the 12 x 20 recipe on
+the AVX512-BF16 EPYC: +11.72 pt [+6.47, +16.97] for the quickstart, -16.41 pt [-20.62, -12.20]
+for the control; the 4 x 16 recipe before it gave +9.38 pt [+4.60, +14.15] there (+5.47 pt on an
+Intel Xeon, +5.73 pt on an AVX2-only EPYC) and -8.59 pt for the control.
 """
 
 from __future__ import annotations
