@@ -108,6 +108,35 @@ def test_kept_logits_are_each_steps_raw_logits(model: torch.nn.Module) -> None:
     torch.testing.assert_close(torch.stack(got.logits, dim=1), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_scores_are_verls_log_probs_and_entropies_of_the_kept_logits(
+    model: torch.nn.Module, temperature: float
+) -> None:
+    """``score``: the rollout's log probs and entropies as drawn, the numbers verl's functions
+    give from every step's kept logits (as the rollout computed them before), to the bit, at
+    running rows; 0 once a row has ended, where the kept logits are zeros."""
+    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    ids, mask = _prompts()
+    stop = [int(t) for t in range(3, 60)]  # rows end at different steps
+    torch.manual_seed(5)
+    kept = decode(model, ids, mask, None, Decoding(STEPS, stop, 0, temperature, keep_logits=True))
+    torch.manual_seed(5)
+    scored = decode(model, ids, mask, None, Decoding(STEPS, stop, 0, temperature, score=True))
+    assert torch.equal(kept.tokens, scored.tokens) and scored.scores is not None
+    ended = (torch.isin(kept.tokens, torch.tensor(stop)).int().cumsum(1) > 0).roll(1, dims=1)
+    ended[:, 0] = False
+    assert ended.any() and not ended.all()
+    logits = torch.stack(kept.logits, dim=1).div_(temperature)
+    want_log_probs = logprobs_from_logits(logits, kept.tokens)
+    want_entropy = entropy_from_logits(logits)
+    log_probs, entropy = scored.scores
+    assert torch.equal(log_probs[~ended], want_log_probs[~ended])
+    assert torch.equal(entropy[~ended], want_entropy[~ended])
+    assert not log_probs[ended].any() and not entropy[ended].any()
+    assert kept.scores is None
+
+
 def test_generation_defaults_beyond_token_ids_keep_generate(model: torch.nn.Module) -> None:
     assert decodes_as_generate(model)
     model.generation_config.repetition_penalty = 1.05  # as Qwen's generation_config.json

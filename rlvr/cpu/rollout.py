@@ -112,6 +112,8 @@ class HFSyncRollout(HFRollout):
         self.module.eval()
         self._keep_logits = False  # set per batch: return the raw logits of every step
         self._raw_logits: tuple[torch.Tensor, ...] = ()
+        # or, from ``decode``, the scores themselves: (log probs, entropies) at the temperature
+        self._scores: tuple[torch.Tensor, torch.Tensor] | None = None
         # LoRA: the base value of every weight an adapter has been merged into.
         self._lora_base: dict[str, torch.Tensor] = {}
         self._calls = 0  # generate_sequences calls: with the rank, the sampling seed
@@ -219,7 +221,7 @@ class HFSyncRollout(HFRollout):
             ("position_ids", "position_ids"),
         ):
             batch[key] = torch.cat([prompts.batch[source][:, :start], batch[key]], dim=1)
-        if self._raw_logits:
+        if self._raw_logits or self._scores is not None:
             temperature = float(prompts.meta_info.get("temperature", self.config.temperature))
             batch["rollout_log_probs"], batch[ROLLOUT_ENTROPY_KEY] = self._sampled_log_probs(
                 batch, temperature
@@ -227,22 +229,28 @@ class HFSyncRollout(HFRollout):
             # verl 0.6.1's actor update reads the temperature from the batch, where only the
             # old-log-prob pass puts it; in bypass mode that pass does not run.
             output.meta_info["temperature"] = temperature
-            self._raw_logits = ()
+            self._raw_logits, self._scores = (), None
         return output
 
     def _sampled_log_probs(
         self, batch: TensorDict, temperature: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log prob and entropy of each response token under ``softmax(logits / T)``; 0 past a
-        response's end (verl masks those positions)."""
+        response's end (verl masks those positions). ``decode`` scored them as it drew; after
+        ``generate``, from its logits."""
         responses = batch["responses"]
-        steps = len(self._raw_logits)
-        logits = torch.stack(self._raw_logits, dim=1).float().div_(temperature)
+        if self._scores is not None:
+            step_log_probs, step_entropy = self._scores
+        else:
+            logits = torch.stack(self._raw_logits, dim=1).float().div_(temperature)
+            step_log_probs = logprobs_from_logits(logits, responses[:, : logits.size(1)])
+            step_entropy = entropy_from_logits(logits)
+        steps = step_log_probs.size(1)
         valid = batch["attention_mask"][:, -responses.size(1) :][:, :steps].float()
         log_probs = torch.zeros(responses.shape, dtype=torch.float32)
         entropy = torch.zeros(responses.shape, dtype=torch.float32)
-        log_probs[:, :steps] = logprobs_from_logits(logits, responses[:, :steps]) * valid
-        entropy[:, :steps] = entropy_from_logits(logits) * valid
+        log_probs[:, :steps] = step_log_probs * valid
+        entropy[:, :steps] = step_entropy * valid
         return log_probs, entropy
 
     def _shared_prompt_generate(self, **kwargs: Any) -> Any:
@@ -282,10 +290,9 @@ class HFSyncRollout(HFRollout):
             stop_ids=[] if eos is None else [int(e) for e in torch.tensor(eos).reshape(-1)],
             pad_id=int(kwargs["pad_token_id"]),
             temperature=t,
-            keep_logits=self._keep_logits,
+            score=self._keep_logits,
         )
         decoded = decode(self.module, ids, mask, cache, how)
-        if self._keep_logits:
-            self._raw_logits = decoded.logits
+        self._scores = decoded.scores
         sequences = torch.cat([ids, decoded.tokens.to(ids.dtype)], dim=1)
-        return output(sequences=sequences, logits=decoded.logits or None)
+        return output(sequences=sequences)

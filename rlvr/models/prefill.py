@@ -31,21 +31,12 @@ def takes_logits_to_keep(model: Any) -> bool:
     return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
-def shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any) -> Any:
-    """The KV cache of every left-padded prompt but its last token, computed once per distinct
-    prompt and copied to each row; None when no prompt repeats."""
+def prefill(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """The KV cache of every left-padded prompt but its last token (which ``generate`` and
+    ``rlvr.models.decoding.decode`` feed themselves), at the positions ``generate`` gives."""
     import torch
 
-    width = input_ids.size(1)
-    distinct, rows = torch.unique(
-        torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1),
-        dim=0,
-        return_inverse=True,
-    )
-    if width < 2 or len(distinct) == len(input_ids):
-        return None
-    ids, mask = distinct[:, : width - 1], distinct[:, width : 2 * width - 1]
-    # the positions HF's generate gives a left-padded prompt
+    ids, mask = input_ids[:, :-1], attention_mask[:, :-1].long()
     positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
     last_only = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
     with torch.no_grad():
@@ -56,7 +47,23 @@ def shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any) -> Any:
             use_cache=True,
             **last_only,
         )
-    cache = out.past_key_values
+    return out.past_key_values
+
+
+def shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """``prefill``'s cache computed once per distinct prompt and copied to each row; None when no
+    prompt repeats."""
+    import torch
+
+    width = input_ids.size(1)
+    distinct, rows = torch.unique(
+        torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1),
+        dim=0,
+        return_inverse=True,
+    )
+    if width < 2 or len(distinct) == len(input_ids):
+        return None
+    cache = prefill(model, distinct[:, :width], distinct[:, width:])
     cache.batch_select_indices(rows)
     return cache
 
