@@ -177,6 +177,9 @@ CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
 METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 # (--experiment names the experiment alone: OVERRIDES only pick the base model, which sets none
 # of the settings eval reads.)
+# (--batch_size 64: the eval's draws depend on its batches, and the recipe's figures and CI's
+# learning test are measured at 64; 384 a batch is 16-45 s quicker an eval but drew other
+# samples: docs/OPTIMIZATION_COUNTDOWN.md, "Sixteen a group, and one micro batch")
 EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet"
     --batch_size 64 --experiment "$CONFIG" --quiet --force)
 SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
