@@ -1,14 +1,15 @@
 """The SFT warm start on CPU, verl's padded forward vs the packed one: time and the model it makes.
 
-Usage: uv run python benchmarks/bench_sft_packing.py [--rows 256] [--seed 0] [--out DIR]
+Usage: uv run python benchmarks/bench_sft_packing.py [--rows 384] [--seed 0] [--out DIR]
            [--model artifacts/models/smollm2-135m-instruct] [--timeout_min 30]
 
 Runs the quickstart's SFT stage twice on the same data, one after the other on this machine:
 ``scripts/launch_sft.sh countdown_smollm2_cpu`` as the quickstart runs it (verl 0.6.1's
 ``_compute_loss_and_backward``: every row at ``data.max_length``, logits at every position),
 then with ``RLVR_SFT_PACKED=1`` (``rlvr/cpu/sft_packing.py``: one packed row, the common prefix
-once, no padding). The data is the quickstart's for ``--seed`` (data prep's
-``--seed 42+N``, the first ``--rows`` train rows' solutions). Prints each run's wall seconds
+once, no padding). The data is the quickstart's for ``--seed`` (its data prep flags,
+``bench_train_cpu.QUICKSTART_DATA``, and ``--seed 42+N``; the first ``--rows`` train rows'
+solutions, at the SFT config's ``data.max_length``). Prints each run's wall seconds
 (torchrun start-up, the steps, the save) and the ratio, and, as an independent check that both
 trained the same model, each model's mean answer-token loss on the held-out SFT rows computed
 here with a plain padded HF forward in fp32, and the largest parameter difference between them.
@@ -23,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_train_cpu import QUICKSTART_DATA  # beside this script, which python puts on sys.path
+
 from rlvr.common.cli import docstring_parser
 from rlvr.common.paths import ROOT
 from rlvr.common.processes import run_bounded
@@ -32,7 +35,7 @@ MODES = (("verl, padded", {"RLVR_SFT_PACKED": "0"}), ("packed", {"RLVR_SFT_PACKE
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = docstring_parser(__doc__)
-    parser.add_argument("--rows", type=int, default=256, help="SFT rows, quickstart's SFT_ROWS")
+    parser.add_argument("--rows", type=int, default=384, help="SFT rows, quickstart's SFT_ROWS")
     parser.add_argument("--seed", type=int, default=0, help="the quickstart --seed whose data")
     parser.add_argument("--out", default="/tmp/bench_sft_packing", help="data, logs and models")
     parser.add_argument("--model", default=str(ROOT / "artifacts/models/smollm2-135m-instruct"))
@@ -42,10 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _prepare(out: Path, seed: int) -> Path:
     """The quickstart's data for ``seed`` (scripts/quickstart.sh DATA_ARGS), in ``out``."""
-    prep = [sys.executable, "scripts/data_prep_countdown.py", "--source", "generate",
-            "--template", "plain", "--sft", "--num_range", "2,3", "--max_number", "10",
-            "--target_range", "1,30", "--seed", str(42 + seed), "--train_size", "1024",
-            "--test_size", "96", "--local_dir", str(out / "countdown")]  # fmt: skip
+    prep = [sys.executable, "scripts/data_prep_countdown.py", *QUICKSTART_DATA,
+            "--seed", str(42 + seed), "--local_dir", str(out / "countdown")]  # fmt: skip
     subprocess.run(prep, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return out
 
