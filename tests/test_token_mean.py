@@ -142,6 +142,9 @@ class EveryRowActor(TokenMeanActor):
     def rows_to_update(self, data: Any) -> Any:
         return data
 
+    def mini_batches_alone(self, data: Any) -> list[Any]:
+        return []  # verl's own loop over the mini batches
+
 
 @pytest.mark.parametrize("micro", ["one", "dynamic", "fixed"])
 def test_gradient_and_logged_losses_are_the_kept_token_mean(micro: str, tiny_model_dir: Path):
@@ -174,12 +177,8 @@ def test_gradient_and_logged_losses_are_the_kept_token_mean(micro: str, tiny_mod
         assert min(verls) > 0.05, verls  # negative control: gradient and logs all off
 
 
-def test_dropped_rows_are_left_out_of_the_forward(
-    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One rank, one mini batch: the update's forwards see the 8 kept rows of 12, and the weights
-    move as with every row in (each dropped one at weight EPS) to float rounding; negative
-    control: that actor's forwards see all 12."""
+def _counting_forwards(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each micro batch verl's actor runs a forward on, appended as it runs them."""
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     seen: list[int] = []
@@ -190,6 +189,16 @@ def test_dropped_rows_are_left_out_of_the_forward(
         return forward(self, micro_batch, temperature, calculate_entropy)
 
     monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch", counting)
+    return seen
+
+
+def test_dropped_rows_are_left_out_of_the_forward(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank, one mini batch: the update's forwards see the 8 kept rows of 12, and the weights
+    move as with every row in (each dropped one at weight EPS) to float rounding; negative
+    control: that actor's forwards see all 12."""
+    seen = _counting_forwards(monkeypatch)
     config = _actor_config(len(LENGTHS), None, micro=3)
     rows, moves = {}, {}
     for actor_class in (TokenMeanActor, EveryRowActor):
@@ -229,6 +238,40 @@ def test_dropped_rows_stay_where_another_rank_or_mini_batch_needs_them(
         assert one_mini_batch.rows_to_update(rows) is rows
     monkeypatch.setattr(token_mean, "_data_parallel_size", lambda: 2)
     assert one_mini_batch.rows_to_update(data) is data
+
+
+def test_each_mini_batch_drops_its_rows_and_steps_as_in_verls_loop(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank, two mini batches of 6 rows: the update's forwards see the 8 kept rows of 12, and
+    the weights after its two optimizer steps are those of verl's own loop over the two with
+    every row in, to float rounding. Negative control: a plain call per mini batch, where verl's
+    one-mini-batch shortcut takes the second one's ratio against the weights after the first
+    step instead of the rollout's, moves them otherwise."""
+    import torch
+
+    seen = _counting_forwards(monkeypatch)
+    config = dataclasses.replace(
+        _actor_config(len(LENGTHS), None, micro=3), ppo_mini_batch_size=len(LENGTHS) // 2
+    )
+
+    class OneCallAMiniBatch(TokenMeanActor):
+        def update_policy(self, data: Any) -> dict[str, Any]:
+            halves = data.split(self.config.ppo_mini_batch_size)
+            return [TokenMeanActor.update_policy(self, half) for half in halves][-1]
+
+    rows, moves, steps = {}, {}, {}
+    for actor_class in (TokenMeanActor, EveryRowActor, OneCallAMiniBatch):
+        seen.clear()
+        data = _rows(LENGTHS, KEEP, seed=6, vocab=_vocab(tiny_model_dir))
+        metrics, moves[actor_class.__name__], _ = _update(actor_class, tiny_model_dir, data, config)
+        rows[actor_class.__name__] = sum(seen)
+        steps[actor_class.__name__] = len(metrics["actor/grad_norm"])
+    assert rows == {"TokenMeanActor": 8, "EveryRowActor": 12, "OneCallAMiniBatch": 8}, rows
+    assert steps["TokenMeanActor"] == steps["EveryRowActor"] == 2, steps
+    assert _relative_error(moves["TokenMeanActor"], moves["EveryRowActor"]) < 1e-4
+    assert _relative_error(moves["OneCallAMiniBatch"], moves["EveryRowActor"]) > 0.05
+    assert not torch.equal(moves["TokenMeanActor"][0], torch.zeros_like(moves["TokenMeanActor"][0]))
 
 
 def grad_scale_actor() -> type:

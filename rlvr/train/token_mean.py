@@ -16,7 +16,8 @@ wrong with that:
    fixed upstream after 0.6.1 by summing, verl PR 4711).
 
 ``TokenMeanActor.update_policy`` calls verl's own ``update_policy`` on the same rows (less the
-dropped groups' rows, where that changes nothing but the work: ``rows_to_update``), after:
+dropped groups' rows, where that changes nothing but the work: ``rows_to_update``; on one rank a
+batch of several mini batches goes to it one mini batch a call, ``mini_batches_alone``), after:
 
 - computing verl's partition of each mini batch into micro batches (verl's own
   ``prepare_dynamic_batch``, or the fixed split) and so each micro batch's scale ``s``;
@@ -71,6 +72,9 @@ UPDATE_POLICY_LINES = (
     "loss_scale_factor = 1 / self.gradient_accumulation",
     'micro_batch_metrics["actor/pg_loss"] = pg_loss.detach().item() * loss_scale_factor',
     'micro_batch_metrics["actor/kl_loss"] = kl_loss.detach().item() * loss_scale_factor',
+    # mini_batches_alone: a call per mini batch keeps verl's old log probs through this switch
+    'if hasattr(self.config, "use_rollout_log_probs") and self.config.use_rollout_log_probs:',
+    'old_log_prob = model_inputs["old_log_probs"]',
 )
 AGG_LOSS_LINE = "loss = torch.sum(seq_losses) / loss_mask.shape[-1]"
 
@@ -133,6 +137,9 @@ class TokenMeanActor(DataParallelPPOActor):
     skip_constant_batches = False
 
     def update_policy(self, data: DataProto) -> dict[str, Any]:
+        alone = self.mini_batches_alone(data)
+        if alone:
+            return self._update_each(alone, data)
         asked_data, data = data, self.rows_to_update(data)
         mini_batches = data.split(self.config.ppo_mini_batch_size)
         cuts = [micro_batches(self, mini) for mini in mini_batches]
@@ -175,12 +182,50 @@ class TokenMeanActor(DataParallelPPOActor):
         rollout_entropy(asked_data, self.config.loss_agg_mode, metrics)
         return metrics
 
+    def mini_batches_alone(self, data: DataProto) -> list[DataProto]:
+        """``data``'s mini batches, when each can be updated by a call of its own and so lose its
+        dropped rows (``rows_to_update``): one rank, one epoch, several mini batches of which one
+        drops rows; otherwise none (verl's own loop over them)."""
+        if _data_parallel_size() != 1 or self.config.ppo_epochs != 1:
+            return []
+        if len(data) <= self.config.ppo_mini_batch_size:
+            return []
+        minis = data.split(self.config.ppo_mini_batch_size)
+        kept = [(mini.batch["response_mask"] > 0).any(dim=-1) for mini in minis]
+        return minis if any(bool(k.any()) and not bool(k.all()) for k in kept) else []
+
+    def _update_each(self, minis: list[DataProto], data: DataProto) -> dict[str, Any]:
+        """verl's loop over ``minis``, a call (one optimizer step) each: as verl's, every call
+        takes the batch's ``old_log_probs`` (verl's one-mini-batch shortcut would take the
+        current log probs), and a mini batch without signal still steps unless none has one."""
+        if self.skip_constant_batches and not any(
+            bool(mini.batch["advantages"].abs().max() > 0) for mini in minis
+        ):
+            print("rlvr: no group's rewards differ on any rank: update skipped", flush=True)
+            return {SKIPPED_KEY: 1.0}
+        asked = self.config
+        self.config = dataclasses.replace(asked, use_rollout_log_probs=True)
+        self.skip_constant_batches = False  # on the instance: the class keeps the recipe's
+        try:
+            results = [self.update_policy(mini) for mini in minis]
+        finally:
+            self.config = asked
+            del self.skip_constant_batches
+        merged: dict[str, Any] = {}
+        for metrics in results:  # verl's lists, in its order; each call's entropy is redone
+            for key, value in metrics.items():
+                if isinstance(value, list):
+                    merged.setdefault(key, []).extend(value)
+        merged[SKIPPED_KEY] = 0.0
+        rollout_entropy(data, self.config.loss_agg_mode, merged)
+        return merged
+
     def rows_to_update(self, data: DataProto) -> DataProto:
         """``data`` without the rows of dropped groups (a zero ``response_mask``), which weigh
         nothing in the loss (``EPS``) and cost a forward and a backward each: half the rows of a
         quickstart step. Only where leaving them out changes nothing else: one rank (no other
-        rank's micro batches to match) and one mini batch (the optimizer steps stay as they
-        were); otherwise, or when no row or every row is dropped, ``data`` itself."""
+        rank's micro batches to match) and one mini batch (``mini_batches_alone`` hands them
+        over one at a time); otherwise, or when no row or every row is dropped, ``data``."""
         if _data_parallel_size() != 1 or len(data) > self.config.ppo_mini_batch_size:
             return data
         kept = (data.batch["response_mask"] > 0).any(dim=-1)
