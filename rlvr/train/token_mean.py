@@ -137,19 +137,21 @@ class TokenMeanActor(DataParallelPPOActor):
     skip_constant_batches = False
 
     def update_policy(self, data: DataProto) -> dict[str, Any]:
+        if self.skip_constant_batches and _all_reduce(
+            [float(data.batch["advantages"].abs().max())], "max"
+        ) == [0.0]:
+            print("rlvr: no group's rewards differ on any rank: update skipped", flush=True)
+            return {SKIPPED_KEY: 1.0}
         alone = self.mini_batches_alone(data)
-        if alone:
-            return self._update_each(alone, data)
+        return self._update_each(alone, data) if alone else self._update(data)
+
+    def _update(self, data: DataProto) -> dict[str, Any]:
+        """verl's ``update_policy`` on ``data`` (less its dropped rows where ``rows_to_update``
+        leaves them out) with the token weights and summed logs of the module docstring."""
         asked_data, data = data, self.rows_to_update(data)
         mini_batches = data.split(self.config.ppo_mini_batch_size)
         cuts = [micro_batches(self, mini) for mini in mini_batches]
         masks = [mini.batch["response_mask"] for mini in mini_batches]
-        signal = _all_reduce(
-            [float(mini.batch["advantages"].abs().max()) for mini in mini_batches], "max"
-        )
-        if self.skip_constant_batches and max(signal) == 0.0:
-            print("rlvr: no group's rewards differ on any rank: update skipped", flush=True)
-            return {SKIPPED_KEY: 1.0}
         exact = self.config.loss_agg_mode == TOKEN_MEAN and self.ulysses_sequence_parallel_size == 1
         dp = _data_parallel_size() if exact else 1
         kept = _all_reduce([float((mask > 0).sum()) for mask in masks], "sum")
@@ -191,26 +193,19 @@ class TokenMeanActor(DataParallelPPOActor):
         if len(data) <= self.config.ppo_mini_batch_size:
             return []
         minis = data.split(self.config.ppo_mini_batch_size)
-        kept = [(mini.batch["response_mask"] > 0).any(dim=-1) for mini in minis]
-        return minis if any(bool(k.any()) and not bool(k.all()) for k in kept) else []
+        return minis if any(_partly_kept(mini) is not None for mini in minis) else []
 
     def _update_each(self, minis: list[DataProto], data: DataProto) -> dict[str, Any]:
         """verl's loop over ``minis``, a call (one optimizer step) each: as verl's, every call
         takes the batch's ``old_log_probs`` (verl's one-mini-batch shortcut would take the
-        current log probs), and a mini batch without signal still steps unless none has one."""
-        if self.skip_constant_batches and not any(
-            bool(mini.batch["advantages"].abs().max() > 0) for mini in minis
-        ):
-            print("rlvr: no group's rewards differ on any rank: update skipped", flush=True)
-            return {SKIPPED_KEY: 1.0}
+        current log probs), and a mini batch without signal still steps (the skip is the whole
+        batch's, ``update_policy``)."""
         asked = self.config
         self.config = dataclasses.replace(asked, use_rollout_log_probs=True)
-        self.skip_constant_batches = False  # on the instance: the class keeps the recipe's
         try:
-            results = [self.update_policy(mini) for mini in minis]
+            results = [self._update(mini) for mini in minis]
         finally:
             self.config = asked
-            del self.skip_constant_batches
         merged: dict[str, Any] = {}
         for metrics in results:  # verl's lists, in its order; each call's entropy is redone
             for key, value in metrics.items():
@@ -228,10 +223,15 @@ class TokenMeanActor(DataParallelPPOActor):
         over one at a time); otherwise, or when no row or every row is dropped, ``data``."""
         if _data_parallel_size() != 1 or len(data) > self.config.ppo_mini_batch_size:
             return data
-        kept = (data.batch["response_mask"] > 0).any(dim=-1)
-        if bool(kept.all()) or not bool(kept.any()):
-            return data
-        return data.select_idxs(kept)
+        kept = _partly_kept(data)
+        return data if kept is None else data.select_idxs(kept)
+
+
+def _partly_kept(data: DataProto) -> Any:
+    """Which rows of ``data`` a group filter kept (a nonzero ``response_mask``); None when it kept
+    every row or none."""
+    kept = (data.batch["response_mask"] > 0).any(dim=-1)
+    return None if bool(kept.all()) or not bool(kept.any()) else kept
 
 
 def rollout_entropy(data: DataProto, loss_agg_mode: str, metrics: dict[str, Any]) -> None:
