@@ -33,7 +33,12 @@ EXPERIMENT = "countdown_smollm2_cpu"
 PRESETS = "grpo,dr_grpo,dapo,gspo,reinforce_nanochat,tuft_is"
 # countdown_smollm2_cpu answers in 24 tokens: DAPO's overlong buffer is its last fifth
 # (objective/dapo.yaml's 204 is for the 1024-token GPU budget; pre-flight refuses it here).
-PRESET_OVERRIDES = {"dapo": ["reward_model.reward_kwargs.overlong_buffer_cfg.len=4"]}
+# nanochat's REINFORCE (gpg: no ratio) learns on policy: one update per batch, not the
+# experiment's three (its mini batch of 4 prompts).
+PRESET_OVERRIDES = {
+    "dapo": ["reward_model.reward_kwargs.overlong_buffer_cfg.len=4"],
+    "reinforce_nanochat": ["actor_rollout_ref.actor.ppo_mini_batch_size=12"],
+}
 # scripts/quickstart.sh's data: easy generated tasks, few-shot template.
 DATA_ARGS = ["--source", "generate", "--template", "fewshot", "--num_range", "2,2",
              "--max_number", "10", "--target_range", "1,20", "--train_size", "512"]  # fmt: skip

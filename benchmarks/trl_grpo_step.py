@@ -14,13 +14,16 @@ step's wall time is from one ``on_step_end`` to the next (the first from ``on_tr
 generation, reward, reference log probs, forward, backward and the optimizer step.
 
 The mapping, and where it is not verl's:
-- one optimizer step per ``train_batch_size x n`` completions, all generated in one call:
-  ``per_device_train_batch_size`` = the knobs' ``micro_batch`` (the bench's ``--trl_micro_batch``;
-  verl's CPU recipe runs the quickstart's batch in one packed micro batch, which TRL's padded
-  rows cannot fit in this memory),
-  ``gradient_accumulation_steps`` = batch / micro batch; TRL's generation batch is their product
-  and, aligned with the optimizer step, TRL skips the old-log-prob pass, as the experiment does
-  by taking the rollout's log probs (ratio 1 on one update per batch);
+- ``train_batch_size x n`` completions generated in one call, one optimizer step per
+  ``ppo_mini_batch_size x n`` of them: ``per_device_train_batch_size`` = the knobs' ``micro_batch``
+  (the bench's ``--trl_micro_batch``; verl's CPU recipe runs a mini batch in one packed micro
+  batch, which TRL's padded rows cannot fit in this memory), ``gradient_accumulation_steps`` =
+  mini batch / micro batch, ``steps_per_generation`` = batch / micro batch (TRL's generation
+  batch is that times the micro batch). With one mini batch a batch, TRL skips the old-log-prob
+  pass, as the experiment does by taking the rollout's log probs (ratio 1). With several, TRL
+  runs that pass (a forward over the batch; verl's recipe keeps the rollout's log probs) and
+  shuffles the completions before splitting them into mini batches (verl keeps them in order,
+  each group whole): the same work per optimizer step, other rows in each;
 - ``loss_type="dapo"``: the clipped surrogate plus ``beta`` x KL summed over every completion token
   of the batch and divided by their count, verl's ``loss_agg_mode: token-mean``. (``grpo`` averages
   per sequence first, ``bnpo`` per local micro batch, ``dr_grpo`` divides by a constant);
@@ -55,22 +58,24 @@ def grpo_config_kwargs(knobs: dict[str, Any], output_dir: str, steps: int) -> di
         raise ValueError(f"kl_loss_type {knobs['kl_loss_type']}: TRL's KL is k3 (low_var_kl) only")
     if knobs["loss_agg_mode"] != "token-mean":
         raise ValueError(f"loss_agg_mode {knobs['loss_agg_mode']}: mapped for token-mean only")
-    if knobs["ppo_mini_batch_size"] != knobs["train_batch_size"] or knobs["ppo_epochs"] != 1:
-        raise ValueError("the mapping is for one optimizer step per batch (mini batch = batch)")
+    prompts, mini_prompts = knobs["train_batch_size"], knobs["ppo_mini_batch_size"]
+    if prompts % mini_prompts or knobs["ppo_epochs"] != 1:
+        raise ValueError("the mapping is for one pass over the batch in mini batches dividing it")
     if knobs["lr_warmup_steps"] > 0 or knobs["lr_scheduler_type"] != "constant":
         raise ValueError("the mapping is for a constant learning rate without warm-up")
-    batch = knobs["train_batch_size"] * knobs["n"]
-    micro = knobs.get("micro_batch") or batch
-    if batch % micro:
-        raise ValueError(f"micro batch {micro} does not divide the batch of {batch} completions")
+    batch, mini = prompts * knobs["n"], mini_prompts * knobs["n"]
+    micro = knobs.get("micro_batch") or mini
+    if mini % micro:
+        raise ValueError(f"micro batch {micro} does not divide a mini batch of {mini} completions")
     top_k = knobs["top_k"]
     return {
         "output_dir": output_dir,
         "max_steps": steps,
-        # One optimizer step on all of a batch's completions, generated at once (TRL's
-        # generation batch is the micro batch x the accumulation steps), in micro batches.
+        # The batch's completions generated at once (TRL's generation batch: the micro batch x
+        # steps_per_generation), one optimizer step per mini batch of them, in micro batches.
         "per_device_train_batch_size": micro,
-        "gradient_accumulation_steps": batch // micro,
+        "gradient_accumulation_steps": mini // micro,
+        "steps_per_generation": batch // micro,
         "num_generations": knobs["n"],
         "num_iterations": knobs["ppo_epochs"],
         "max_prompt_length": knobs["max_prompt_length"],

@@ -46,13 +46,21 @@ def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, Module
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     kwargs = _kwargs(modules)
     assert kwargs["num_generations"] == rollout.n == 20
-    # One optimizer step on the batch's 12 x 20 completions, in six micro batches of 40.
-    batch = kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"]
-    assert batch == config.data.train_batch_size * rollout.n == 240
-    assert (kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"]) == (40, 6)
+    # The batch's 12 x 20 completions generated at once, in micro batches of 40; an optimizer
+    # step per mini batch of the experiment's prompts x 20.
+    generated = kwargs["per_device_train_batch_size"] * kwargs["steps_per_generation"]
+    assert generated == config.data.train_batch_size * rollout.n == 240
+    per_step = kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"]
+    assert per_step == actor.ppo_mini_batch_size * rollout.n
     assert kwargs["num_iterations"] == 1
-    whole = _kwargs(modules, micro_batch=240)
+    # One optimizer step per batch: TRL's step aligned with its generation (no old-log-prob pass).
+    one = _kwargs(modules, "actor_rollout_ref.actor.ppo_mini_batch_size=12")
+    assert (one["gradient_accumulation_steps"], one["steps_per_generation"]) == (6, 6)
+    whole = _kwargs(modules, "actor_rollout_ref.actor.ppo_mini_batch_size=12", micro_batch=240)
     assert (whole["per_device_train_batch_size"], whole["gradient_accumulation_steps"]) == (240, 1)
+    # Two: 120 completions a step, two steps a generation.
+    two = _kwargs(modules, "actor_rollout_ref.actor.ppo_mini_batch_size=6")
+    assert (two["gradient_accumulation_steps"], two["steps_per_generation"]) == (3, 6)
     with pytest.raises(ValueError, match="does not divide"):
         _kwargs(modules, micro_batch=32)
     assert kwargs["max_completion_length"] == config.data.max_response_length == 24
@@ -85,8 +93,8 @@ def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, Module
     [
         ("actor_rollout_ref.actor.kl_loss_type=kl", "k3"),
         ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "token-mean"),
-        ("actor_rollout_ref.actor.ppo_epochs=2", "one optimizer step"),
-        ("actor_rollout_ref.actor.ppo_mini_batch_size=2", "one optimizer step"),
+        ("actor_rollout_ref.actor.ppo_epochs=2", "one pass over the batch"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=5", "mini batches dividing it"),
         ("actor_rollout_ref.actor.optim.lr_warmup_steps=2", "warm-up"),
     ],
 )

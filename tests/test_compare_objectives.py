@@ -175,3 +175,19 @@ def test_the_default_comparison_covers_every_preset() -> None:
         p for one in compare.point_specs(spec, bench.PRESET_OVERRIDES) for p in checked_points(one)
     ]
     assert [p.values[compare.OBJECTIVE_AXIS] for p in points] == presets
+
+
+def test_reinforce_points_update_once_a_batch() -> None:
+    """nanochat's REINFORCE (gpg, no ratio) is on policy: its points take the whole batch as one
+    mini batch, where the experiment's own (the other presets') takes three."""
+    from rlvr.config.batching import batching
+    from rlvr.config.compose import compose
+
+    spec = compare.comparison_spec("t", bench.EXPERIMENT, ["grpo", "reinforce_nanochat"], [1], [])
+    grpo, reinforce = compare.point_specs(spec, bench.PRESET_OVERRIDES)
+    on_policy = compose(bench.EXPERIMENT, ["objective=reinforce_nanochat", *reinforce.overrides])
+    assert batching(on_policy).updates_per_batch == 1
+    assert (
+        batching(compose(bench.EXPERIMENT, ["objective=grpo", *grpo.overrides])).updates_per_batch
+        == 3
+    )

@@ -315,9 +315,22 @@ def test_a_batch_without_signal_skips_the_update(tiny_model_dir: Path) -> None:
         assert metrics[SKIPPED_KEY] == (0.0 if moves else 1.0)
 
 
-def _effective_weights(ranks: list[Any], kept_groups: set[int], config: Any, ours: bool) -> Any:
-    """Each kept token's weight in the update (after FSDP averages the ranks), with verl's own
-    partition of each rank's rows; ``ours``: the recipes' weights, else a plain zeroed mask."""
+def _effective_weights(ranks: list[Any], config: Any, ours: bool) -> list[Any]:
+    """Each kept token's weight in its mini batch's update (after FSDP averages the ranks), per
+    mini batch with kept tokens: verl's split of each rank's rows into ``ppo_mini_batch_size``
+    rows (``update_policy``), then its partition of each into micro batches; ``ours``: the
+    recipes' weights, else a plain zeroed mask."""
+    mini = config.ppo_mini_batch_size
+    found = []
+    for start in range(0, len(ranks[0]), mini):
+        chunk = [data[start : start + mini] for data in ranks]
+        if any(bool((data.batch["response_mask"] > 0).any()) for data in chunk):
+            found.append(_mini_batch_weights(chunk, config, ours))
+    return found
+
+
+def _mini_batch_weights(ranks: list[Any], config: Any, ours: bool) -> Any:
+    """``_effective_weights`` of one mini batch (its rows on each rank)."""
     import torch
 
     stub = SimpleNamespace(config=config, ulysses_sequence_parallel_size=1)
@@ -342,6 +355,7 @@ def _effective_weights(ranks: list[Any], kept_groups: set[int], config: Any, our
 
 SMALL_CPU_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"
 ONE_CPU_MICRO_BATCH = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=131072"
+ONE_MINI_BATCH = "actor_rollout_ref.actor.ppo_mini_batch_size=12"
 
 
 @pytest.mark.parametrize(
@@ -350,9 +364,10 @@ ONE_CPU_MICRO_BATCH = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=131072"
         ("countdown_qwen3_4b", 8, [], True),
         ("countdown_qwen3_4b", 1, [], True),
         ("gsm8k_qwen2_5_0_5b_1gpu", 2, [], True),
-        ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),
-        ("countdown_smollm2_cpu", 1, [], True),  # 12 x 20 rows: several micro batches
-        ("countdown_smollm2_cpu", 1, [ONE_CPU_MICRO_BATCH], False),  # one: verl's weights alike
+        ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),  # several micro batches
+        ("countdown_smollm2_cpu", 1, [], False),  # three mini batches of 4 x 20, one micro each
+        ("countdown_smollm2_cpu", 1, [ONE_MINI_BATCH], True),  # 12 x 20 rows: several micro
+        ("countdown_smollm2_cpu", 1, [ONE_MINI_BATCH, ONE_CPU_MICRO_BATCH], False),
     ],
 )
 def test_kept_tokens_weigh_alike_at_the_experiments_shapes(
@@ -390,12 +405,14 @@ def test_kept_tokens_weigh_alike_at_the_experiments_shapes(
         ppo_max_token_len_per_gpu=int(composed.actor_rollout_ref.actor.ppo_max_token_len_per_gpu),
         ppo_micro_batch_size_per_gpu=composed.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu,
     )
-    ours = _effective_weights(ranks, set(range(varied)), config, ours=True)
-    assert float(ours.max() / ours.min()) <= 1.05
-    assert float(ours.sum()) == pytest.approx(1.0, rel=0.05)
-    old = _effective_weights(ranks, set(range(varied)), config, ours=False)
-    spread = float(old.max() / old.min()) > 1.5 or abs(float(old.sum()) - 1) > 0.05
-    assert spread == verl_spreads
+    for weights in _effective_weights(ranks, config, ours=True):
+        assert float(weights.max() / weights.min()) <= 1.05
+        assert float(weights.sum()) == pytest.approx(1.0, rel=0.05)
+    spreads = [
+        float(old.max() / old.min()) > 1.5 or abs(float(old.sum()) - 1) > 0.05
+        for old in _effective_weights(ranks, config, ours=False)
+    ]
+    assert any(spreads) == verl_spreads
 
 
 def _rank_rows(
