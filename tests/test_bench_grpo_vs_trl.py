@@ -80,7 +80,8 @@ def test_experiment_knobs_map_onto_grpo_config(modules: tuple[ModuleType, Module
     assert kwargs["gradient_checkpointing"] is False
     assert kwargs["model_init_kwargs"] == {"dtype": "float32", "attn_implementation": "sdpa"}
     # A changed knob follows.
-    assert _kwargs(modules, "actor_rollout_ref.rollout.n=10")["num_generations"] == 10
+    ten = _kwargs(modules, "actor_rollout_ref.rollout.n=10", micro_batch=20)  # 6 x 10 a step
+    assert ten["num_generations"] == 10
     with_kl = (
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.kl_loss_coef=0.05",

@@ -179,7 +179,7 @@ def test_the_default_comparison_covers_every_preset() -> None:
 
 def test_reinforce_points_update_once_a_batch() -> None:
     """nanochat's REINFORCE (gpg, no ratio) is on policy: its points take the whole batch as one
-    mini batch, where the experiment's own (the other presets') takes three."""
+    mini batch, where the experiment's own (the other presets') takes two."""
     from rlvr.config.batching import batching
     from rlvr.config.compose import compose
 
@@ -189,5 +189,5 @@ def test_reinforce_points_update_once_a_batch() -> None:
     assert batching(on_policy).updates_per_batch == 1
     assert (
         batching(compose(bench.EXPERIMENT, ["objective=grpo", *grpo.overrides])).updates_per_batch
-        == 3
+        == 2
     )

@@ -42,9 +42,9 @@ def test_every_preset_composes_with_every_experiment(experiment: str, objective:
     validate(config)
     actor = config.actor_rollout_ref.actor
     # whatever the preset, the experiment's updates per batch: one mini batch of the whole batch
-    # (verl then sets old_log_prob = log_prob), three on the CPU recipe; never one larger than
+    # (verl then sets old_log_prob = log_prob), two on the CPU recipe; never one larger than
     # the batch, which shrinks the gradient under dynamic batching (batching.py)
-    updates = 3 if experiment == "countdown_smollm2_cpu" else 1
+    updates = 2 if experiment == "countdown_smollm2_cpu" else 1
     assert actor.ppo_mini_batch_size * updates == config.data.train_batch_size
     assert actor.ppo_epochs == 1
 
@@ -136,7 +136,7 @@ def test_reinforce_nanochat() -> None:
         config = compose(experiment, ["objective=reinforce_nanochat"])
         actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
         # one update per batch (the mini batch is the whole train batch) where the experiment
-        # takes one (countdown_smollm2_cpu takes three: test_reinforce_points_update_once_a_batch)
+        # takes one (countdown_smollm2_cpu takes two: test_reinforce_points_update_once_a_batch)
         if experiment != "countdown_smollm2_cpu":
             assert actor.ppo_mini_batch_size == config.data.train_batch_size, experiment
         assert actor.policy_loss.loss_mode == "gpg"  # -log_prob * A: no ratio, no clip

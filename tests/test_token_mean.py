@@ -365,7 +365,7 @@ ONE_MINI_BATCH = "actor_rollout_ref.actor.ppo_mini_batch_size=12"
         ("countdown_qwen3_4b", 1, [], True),
         ("gsm8k_qwen2_5_0_5b_1gpu", 2, [], True),
         ("countdown_smollm2_cpu", 1, [SMALL_CPU_BUDGET], True),  # several micro batches
-        ("countdown_smollm2_cpu", 1, [], False),  # three mini batches of 4 x 20, one micro each
+        ("countdown_smollm2_cpu", 1, [], False),  # two mini batches of 6 x 20, one micro each
         ("countdown_smollm2_cpu", 1, [ONE_MINI_BATCH], True),  # 12 x 20 rows: several micro
         ("countdown_smollm2_cpu", 1, [ONE_MINI_BATCH, ONE_CPU_MICRO_BATCH], False),
     ],
