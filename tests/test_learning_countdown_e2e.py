@@ -12,10 +12,12 @@ same prompts with the same sampling and seed: its pass@1 must not rise significa
 end below the real run's. Slow (839 s on 2 cores in CI at 5a2dd7f with the 4 x 16 recipe; the
 12 x 20 recipe's GRPO stage costs about 100 s more in each of its two runs); CI runs it. It
 asserts what holds on any CPU, never one machine's digits: the sampled trajectories part between
-CPU kinds (docs/QUICKSTART.md, "Which figures your CPU gives"). Measured for the 12 x 20 recipe on
-the AVX512-BF16 EPYC: +11.72 pt [+6.47, +16.97] for the quickstart, -16.41 pt [-20.62, -12.20]
-for the control; the 4 x 16 recipe before it gave +9.38 pt [+4.60, +14.15] there (+5.47 pt on an
-Intel Xeon, +5.73 pt on an AVX2-only EPYC) and -8.59 pt for the control.
+CPU kinds (docs/QUICKSTART.md, "Which figures your CPU gives"). Measured on the AVX512-BF16 EPYC
+for the 12 x 20 recipe with two optimizer steps a batch (2e819be): +15.89 pt [+9.64, +22.13] for
+the quickstart, 16 prompts newly solved against 14 lost (a thin margin: three steps a batch gave
+12 against 14); with one step a batch: +11.72 pt [+6.47, +16.97], 17 against 11, and -16.41 pt
+[-20.62, -12.20] for the control; the 4 x 16 recipe before it gave +9.38 pt [+4.60, +14.15]
+there (+5.47 pt on an Intel Xeon, +5.73 pt on an AVX2-only EPYC) and -8.59 pt for the control.
 """
 
 from __future__ import annotations
