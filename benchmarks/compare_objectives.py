@@ -34,10 +34,11 @@ PRESETS = "grpo,dr_grpo,dapo,gspo,reinforce_nanochat,tuft_is"
 # countdown_smollm2_cpu answers in 24 tokens: DAPO's overlong buffer is its last fifth
 # (objective/dapo.yaml's 204 is for the 1024-token GPU budget; pre-flight refuses it here).
 # nanochat's REINFORCE (gpg: no ratio) learns on policy: one update per batch, not the
-# experiment's two (its mini batch of 6 prompts).
+# experiment's two (its mini batch of 6 prompts); the interpolation follows the batch.
+ONE_MINI_BATCH = "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}"
 PRESET_OVERRIDES = {
     "dapo": ["reward_model.reward_kwargs.overlong_buffer_cfg.len=4"],
-    "reinforce_nanochat": ["actor_rollout_ref.actor.ppo_mini_batch_size=12"],
+    "reinforce_nanochat": [ONE_MINI_BATCH],
 }
 # scripts/quickstart.sh's data: easy generated tasks, few-shot template.
 DATA_ARGS = ["--source", "generate", "--template", "fewshot", "--num_range", "2,2",

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from rlvr.config.batching import batching
 from rlvr.config.compose import (
     CONFIG_DIR,
     DEFAULT_OBJECTIVE,
@@ -40,13 +41,23 @@ def test_the_presets_and_the_default() -> None:
 def test_every_preset_composes_with_every_experiment(experiment: str, objective: str) -> None:
     config = compose(experiment, [f"objective={objective}"])
     validate(config)
-    actor = config.actor_rollout_ref.actor
-    # whatever the preset, the experiment's updates per batch: one mini batch of the whole batch
-    # (verl then sets old_log_prob = log_prob), two on the CPU recipe; never one larger than
-    # the batch, which shrinks the gradient under dynamic batching (batching.py)
+    # no preset changes how many optimizer steps the experiment takes a batch: the experiment
+    # file states that (test_updates_per_batch_of_each_experiment)
+    assert batching(config).updates_per_batch == batching(compose(experiment)).updates_per_batch
+    assert config.actor_rollout_ref.actor.ppo_epochs == 1
+
+
+@pytest.mark.parametrize("experiment", experiments())
+def test_updates_per_batch_of_each_experiment(experiment: str) -> None:
+    """One mini batch of the whole batch (verl then sets old_log_prob = log_prob), two on the
+    CPU recipe (configs/countdown_smollm2_cpu.yaml); never one larger than the batch, which
+    shrinks the gradient under dynamic batching (rlvr/config/batching.py)."""
+    config = compose(experiment)
     updates = 2 if experiment == "countdown_smollm2_cpu" else 1
-    assert actor.ppo_mini_batch_size * updates == config.data.train_batch_size
-    assert actor.ppo_epochs == 1
+    assert batching(config).updates_per_batch == updates
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size * updates == (
+        config.data.train_batch_size
+    )
 
 
 def test_grpo_is_the_default_and_what_grpo_yaml_held() -> None:
@@ -135,10 +146,8 @@ def test_reinforce_nanochat() -> None:
     for experiment in experiments():
         config = compose(experiment, ["objective=reinforce_nanochat"])
         actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
-        # one update per batch (the mini batch is the whole train batch) where the experiment
-        # takes one (countdown_smollm2_cpu takes two: test_reinforce_points_update_once_a_batch)
-        if experiment != "countdown_smollm2_cpu":
-            assert actor.ppo_mini_batch_size == config.data.train_batch_size, experiment
+        # the experiment's own updates per batch (test_every_preset_composes_with_every_
+        # experiment); its comparison points take one (test_reinforce_points_update_once_a_batch)
         assert actor.policy_loss.loss_mode == "gpg"  # -log_prob * A: no ratio, no clip
         assert not actor.use_kl_loss and not config.algorithm.norm_adv_by_std_in_grpo
         assert rollout.top_k == 50
