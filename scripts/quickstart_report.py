@@ -28,7 +28,7 @@ from pathlib import Path
 from rlvr.common.cli import docstring_parser
 from rlvr.common.disk_full import report_disk_full
 from rlvr.common.files import write_json_atomic
-from rlvr.cpu.precision import GRPO_PRECISIONS
+from rlvr.cpu.precision import AUTO, GRPO_PRECISIONS
 from rlvr.evaluation import EvalError
 from rlvr.evaluation.paired import PairedDelta, deltas_markdown, paired_deltas
 from rlvr.evaluation.records import load_summary
@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--experiment", default="", help="the GRPO experiment (recorded)")
     add("--steps", type=int, default=0, help="GRPO steps trained (recorded)")
     add("--seed", type=int, default=None, help="the run's seed, quickstart.sh --seed (recorded)")
-    add("--grpo_precision", choices=GRPO_PRECISIONS, default=GRPO_PRECISIONS[0],
-        help="GRPO's compute precision, quickstart.sh --grpo_precision (recorded)")  # fmt: skip
+    add("--grpo_precision", choices=[p for p in GRPO_PRECISIONS if p != AUTO], default="fp32",
+        help="GRPO's precision as quickstart.sh decided it (recorded)")  # fmt: skip
     add("--seconds", type=int, default=0, help="wall time so far (recorded)")
     add("--stage_times", help=f"scripts/stages.sh's stage times (default: OUT/{STAGE_TIMES_FILE})")
     return parser

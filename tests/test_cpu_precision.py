@@ -52,3 +52,52 @@ def test_bf16_on_an_emulating_cpu_is_one_warning_line(
         assert warning.startswith(", ".join(BF16_OVERRIDES))
     # the control: fp32, the CPU path's default, is never warned about
     assert precision.emulated_bf16_warning(compose("countdown_smollm2_cpu")) is None
+
+
+@pytest.mark.parametrize(("native", "auto"), [(True, "bf16_update"), (False, "fp32")])
+def test_auto_takes_bf16_for_the_update_only_where_it_is_native(
+    monkeypatch: pytest.MonkeyPatch, native: bool, auto: str
+) -> None:
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
+    assert precision.resolved_precision("auto") == auto
+    assert precision.resolved_precision("fp32") == "fp32"
+    for choice in ("bf16_update", "bf16"):
+        if native:
+            assert precision.resolved_precision(choice) == choice
+        else:
+            with pytest.raises(ValueError, match="no native bf16"):
+                precision.resolved_precision(choice)
+            assert precision.resolved_precision(choice, plan=True) == choice  # a dry run's plan
+    with pytest.raises(ValueError, match="must be one of"):
+        precision.resolved_precision("fp16")
+
+
+def test_each_precision_sets_what_it_says_over_the_cpu_paths_fp32() -> None:
+    """bf16_update: the actor (and reference) compute in bf16, the rollout stays fp32; bf16 is
+    the quickstart's earlier set (rollout too); fp32 adds nothing."""
+    assert precision.precision_overrides("fp32") == []
+    assert precision.precision_overrides("bf16") == BF16_OVERRIDES
+    update = compose("countdown_smollm2_cpu", precision.precision_overrides("bf16_update"))
+    assert update.actor_rollout_ref.rollout.dtype == "float32"
+    for role in ("actor", "ref"):
+        mixed = update.actor_rollout_ref[role].fsdp_config.mixed_precision
+        assert (mixed.param_dtype, mixed.reduce_dtype, mixed.buffer_dtype) == (
+            "bf16",
+            "fp32",
+            "fp32",
+        )
+    assert precision.bf16_settings(update) == BF16_OVERRIDES[1:]
+
+
+def test_the_cli_prints_the_choice_then_its_keys(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision.main(["auto"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["bf16_update", *BF16_OVERRIDES[1:]]
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    assert precision.main(["bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no native bf16" in err
+    assert precision.main(["bf16", "--plan"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["bf16", *BF16_OVERRIDES]

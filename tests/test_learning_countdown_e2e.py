@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from conftest import run_bounded
 
+from rlvr.cpu.precision import precision_overrides
 from rlvr.evaluation.paired import paired_deltas
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,8 +52,10 @@ def _solved(run: Path) -> set[int]:
     return solved
 
 
-def _negated_grpo(qs: Path, work: Path, env: dict[str, str], steps: int) -> Path:
-    """GRPO from the quickstart's SFT model under the negated reward; its checkpoint's model."""
+def _negated_grpo(qs: Path, work: Path, env: dict[str, str], report: dict[str, Any]) -> Path:
+    """GRPO from the quickstart's SFT model under the negated reward, at the quickstart's steps
+    and precision (its report's); its checkpoint's model."""
+    steps = report["steps"]
     sft_model = json.loads((qs / "eval_sft_sampled/summary.json").read_text())["model"]
     ray_tmp = tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")  # short: socket paths < 108
     try:
@@ -72,6 +75,7 @@ def _negated_grpo(qs: Path, work: Path, env: dict[str, str], steps: int) -> Path
                 f"trainer.total_training_steps={steps}",
                 f"trainer.save_freq={steps}",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                *precision_overrides(report["grpo_precision"]),
             ],
             env,
             900,
@@ -160,7 +164,7 @@ def test_grpo_after_sft_raises_pass1_and_negated_advantages_do_not(tmp_path: Pat
     new, lost = after - before, before - after
     assert len(new) > len(lost), f"prompts newly solved {len(new)}, no longer solved {len(lost)}"
 
-    model = _negated_grpo(qs, tmp_path / "negated_run", env, report["steps"])
+    model = _negated_grpo(qs, tmp_path / "negated_run", env, report)
     negated = _sampled_eval(model, qs / "eval_grpo_sampled", tmp_path / "eval_negated", env)
     control = {d.part: d for d in paired_deltas(qs / "eval_sft_sampled", negated)}["success"]
     print(

@@ -99,8 +99,20 @@ def test_bf16_grpo_is_verls_gpu_precision_in_plain_verl_keys(tmp_path: Path) -> 
         precision = role.fsdp_config.mixed_precision
         assert (precision.param_dtype, precision.reduce_dtype) == ("bf16", "fp32")
     assert compose("countdown_smollm2_cpu").actor_rollout_ref.rollout.dtype == "float32"
+    # auto, the default: bf16 compute for the update only where this CPU has native bf16
+    from rlvr.cpu.precision import native_bf16
+
     default = _quickstart("--gpus", "0", "--dry_run", "--out", out)
-    assert "  GRPO precision fp32\n" in default.stdout, default.stdout
+    auto = next(ln for ln in default.stdout.splitlines() if "GRPO precision" in ln)
+    if native_bf16():
+        overrides = auto.split("GRPO precision bf16_update: ")[1].split()
+        config = compose("countdown_smollm2_cpu", overrides).actor_rollout_ref
+        assert config.rollout.dtype == "float32"
+        assert config.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
+    else:
+        assert auto == "  GRPO precision fp32", auto
+    fp32 = _quickstart("--gpus", "0", "--grpo_precision", "fp32", "--dry_run", "--out", out)
+    assert "  GRPO precision fp32\n" in fp32.stdout, fp32.stdout
     gpus = _quickstart("--gpus", "8", "--grpo_precision", "bf16", "--dry_run")
     assert gpus.returncode == 2 and "--grpo_precision is for the CPU path" in gpus.stderr
 
