@@ -12,8 +12,10 @@ same prompts with the same sampling and seed: its pass@1 must not rise significa
 end below the real run's. Slow (839 s on 2 cores in CI at 5a2dd7f with the 4 x 16 recipe; the
 12 x 20 recipe's GRPO stage costs about 100 s more in each of its two runs); CI runs it. It
 asserts what holds on any CPU, never one machine's digits: the sampled trajectories part between
-CPU kinds (docs/QUICKSTART.md, "Which figures your CPU gives"). Measured on the AVX512-BF16 EPYC
-for the 12 x 20 recipe with two optimizer steps a batch (2e819be): +15.89 pt [+9.64, +22.13] for
+CPU kinds (docs/QUICKSTART.md, "Which figures your CPU gives"), and where the CPU computes bf16
+natively the quickstart's update runs in bf16 (its control too): +20.31 pt [+12.99, +27.64] at
+7d61034 on the AVX512-BF16 EPYC, 16 newly solved against 15 lost. In fp32 there, with two
+optimizer steps a batch (2e819be): +15.89 pt [+9.64, +22.13] for
 the quickstart, 16 prompts newly solved against 14 lost (a thin margin: three steps a batch gave
 12 against 14); with one step a batch: +11.72 pt [+6.47, +16.97], 17 against 11, and -16.41 pt
 [-20.62, -12.20] for the control; the 4 x 16 recipe before it gave +9.38 pt [+4.60, +14.15]
