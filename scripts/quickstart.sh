@@ -179,16 +179,6 @@ CHECKPOINT="$OUT/checkpoints/$RUN/global_step_$STEPS/actor/huggingface"
 METRICS="$OUT/checkpoints/$RUN/metrics.jsonl"
 # (--experiment names the experiment alone: OVERRIDES only pick the base model, which sets none
 # of the settings eval reads.)
-# (--batch_size 64: the eval's draws depend on its batches, and the recipe's figures and CI's
-# learning test are measured at 64; 384 a batch is 16-45 s quicker an eval but drew other
-# samples: docs/OPTIMIZATION_COUNTDOWN.md, "Sixteen a group, and one micro batch")
-EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet"
-    --batch_size 64 --experiment "$CONFIG" --quiet --force)
-SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
-# GRPO's data order: verl's default sampler (an unseeded torch generator) for seed 0, as before
-# --seed existed; data.seed N otherwise.
-SEED_OVERRIDES=()
-[[ "$SEED" == 0 ]] || SEED_OVERRIDES=(data.seed="$SEED")
 # --grpo_precision, decided for this CPU (auto) and turned into plain verl keys over
 # hardware/cpu.yaml's fp32 by rlvr.cpu.precision: its first line the precision, then the keys.
 # A dry run plans a bf16 choice even where the CPU would refuse it.
@@ -197,6 +187,18 @@ CHOICE="$("${PY[@]}" -m rlvr.cpu.precision "$PRECISION" $([[ "$DRY_RUN" == 1 ]] 
 mapfile -t PRECISION_OVERRIDES <<< "$CHOICE"
 PRECISION="${PRECISION_OVERRIDES[0]}"
 PRECISION_OVERRIDES=("${PRECISION_OVERRIDES[@]:1}")
+# The evals decode in bf16 where GRPO computes in bf16 (both models alike, paired), else fp32.
+EVAL_DTYPE=float32
+[[ "$PRECISION" == fp32 ]] || EVAL_DTYPE=bfloat16
+# (--batch_size 192: the eval's draws depend on its batches and its dtype, both recorded in each
+# summary.json; 96 x 4 samples in two batches decode quicker than in six of 64)
+EVAL=("${PY[@]}" scripts/eval_countdown.py --data "$DATA/test.parquet"
+    --batch_size 192 --dtype "$EVAL_DTYPE" --experiment "$CONFIG" --quiet --force)
+SAMPLED=(analyse --n "$SAMPLES" --seed "$SEED")
+# GRPO's data order: verl's default sampler (an unseeded torch generator) for seed 0, as before
+# --seed existed; data.seed N otherwise.
+SEED_OVERRIDES=()
+[[ "$SEED" == 0 ]] || SEED_OVERRIDES=(data.seed="$SEED")
 probe() {  # MODEL_DIR NAME PROMPTS [EVAL OPTIONS]: the signal probe (sampled, as GRPO samples), its verdict printed
     stage "${EVAL[@]}" --limit "$3" --model_path "$1" --output "$OUT/eval_$2_sampled" "${SAMPLED[@]}" "${@:4}" \
         > "$OUT/probe_$2.md"
@@ -209,6 +211,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
     echo "  $CONFIG (model $MODEL), $STEPS GRPO step(s), seed $SEED, outputs under $OUT; stages: data prep,"
     ORDER="${SEED_OVERRIDES[*]}"; ORDER="${ORDER:-verl default data order}"
     echo "  GRPO precision $PRECISION${PRECISION_OVERRIDES[*]:+: ${PRECISION_OVERRIDES[*]}}"
+    echo "  evals decode in $EVAL_DTYPE, 192 sequences a batch"
     echo "  streams of seed $SEED: data prep --seed $((42 + SEED)), $ORDER, rollout seed $((1000 + SEED)), eval --seed $SEED"
     echo "  scripts/build_model.py $MODEL, probe, scripts/launch_sft.sh $CONFIG, probe,"
     echo "  scripts/train.sh $CONFIG${OVERRIDES[*]:+ ${OVERRIDES[*]}}, eval, report"

@@ -96,7 +96,8 @@ def _sampled_eval(model: Path, like: Path, out: Path, env: dict[str, str]) -> Pa
         [
             *("uv", "run", "--no-sync", "python", "scripts/eval_countdown.py"),
             *("--data", summary["data"], "--limit", str(summary["prompts"])),
-            *("--batch_size", "64", "--max_tokens", str(sampling["max_tokens"])),
+            *("--batch_size", str(summary["batch_size"]), "--dtype", summary["dtype"]),
+            *("--max_tokens", str(sampling["max_tokens"])),
             *("--reward_kwargs", json.dumps(summary["reward_kwargs"]), "--quiet", "--force"),
             *("--model_path", str(model), "--output", str(out)),
             *("analyse", "--n", str(sampling["n"]), "--temperature", str(sampling["temperature"])),

@@ -53,6 +53,13 @@ COMMON_OPTIONS = (
         type=int_in(1, settings.MAX_BATCH),
     ),
     _option(
+        "--dtype",
+        "the HF backend's compute dtype (%(default)s: bfloat16 on CUDA, float32 on a CPU); "
+        "bf16 and fp32 draw other samples",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+    ),
+    _option(
         "--backend",
         "%(default)s: vLLM when CUDA and the gpu extra are there, else the HF backend",
         default="auto",

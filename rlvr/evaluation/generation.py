@@ -115,6 +115,7 @@ class HFBackend:
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         self.device = device
+        self.dtype = dtype  # recorded in the run's header: bf16 and fp32 draw other samples
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(source)
         self.tokenizer.padding_side = "left"
@@ -348,7 +349,11 @@ def _from_vllm(completion: Any) -> Generation:
 
 
 def make_backend(
-    name: str, source: ModelSource, batch_size: int = 16, max_tokens: int | None = None
+    name: str,
+    source: ModelSource,
+    batch_size: int = 16,
+    max_tokens: int | None = None,
+    dtype: str = "auto",
 ) -> Backend:
     """``auto`` picks vLLM when CUDA and vLLM are both there, else batched HF generation;
     ``max_tokens`` is first checked against the model's context, before any weights load."""
@@ -362,11 +367,13 @@ def make_backend(
         has_vllm = importlib.util.find_spec("vllm") is not None
         name = "vllm" if torch.cuda.is_available() and has_vllm else "hf"
     if name == "vllm":
+        if dtype != "auto":
+            raise EvalError(f"--dtype {dtype}: the HF backend's option (vLLM picks its own)")
         if importlib.util.find_spec("vllm") is None:
             raise EvalError("--backend vllm needs the gpu extra: bash scripts/install_gpu.sh")
         return VLLMBackend(source)
     if name == "hf":
-        return HFBackend(source, batch_size=batch_size)
+        return HFBackend(source, batch_size=batch_size, dtype=dtype)
     raise EvalError(f"--backend {name!r}: use auto, vllm or hf")
 
 

@@ -158,6 +158,8 @@ class EvalRun:
             sampling={key: jsonable(value) for key, value in asdict(sampling).items()},
             reward_kwargs=dict(self.reward_kwargs),
             template_kwargs=dict(self.template_kwargs),
+            dtype=getattr(self.backend, "dtype", None),
+            batch_size=getattr(self.backend, "batch_size", None),
             **fingerprints(rows, self.rendered),
         )
 

@@ -30,7 +30,9 @@ def run_model_command(task_name: str, args: argparse.Namespace) -> int:
     data_path = args.data or str(task.eval_data)
     rows = prompts.load_rows(data_path, args.limit, task)
     # --max_tokens against the model's context: after --data's checks (theirs win), before loading
-    backend = generation.make_backend(args.backend, source, args.batch_size, sampling.max_tokens)
+    backend = generation.make_backend(
+        args.backend, source, args.batch_size, sampling.max_tokens, args.dtype
+    )
     chunk = generation.prompts_per_chunk(backend.name, args.batch_size, sampling.n)
     greedy_chunk = generation.prompts_per_chunk(backend.name, args.batch_size, 1)
     run = EvalRun(

@@ -37,6 +37,7 @@ JSONDict: TypeAlias = dict[str, JsonValue]
 ANSWER_KEY = "answer_key"  # the sample key holding the reward file's answer_key
 R = TypeVar("R")
 FINGERPRINT_KEYS = ("prompts_sha256", "rendered_sha256")  # RunHeader's, optional
+_OPTIONAL_KEYS = (*FINGERPRINT_KEYS, "dtype", "batch_size")  # left out on disk when None
 # summary.json's {"generation_seconds", "generated_tokens"}: an object, so not a metric, and
 # absent from runs written before it was recorded.
 TIMING_KEY = "timing"
@@ -208,10 +209,13 @@ class RunHeader(_Record):
     # round-trips unchanged.
     prompts_sha256: str | None = None  # the data's prompts and ground truths, in order
     rendered_sha256: str | None = None  # the token ids the model saw (chat template applied)
+    # How the HF backend decoded (its draws depend on both); None for vLLM and older runs.
+    dtype: str | None = None
+    batch_size: int | None = None
 
     def to_json(self) -> JSONDict:
         flat = self.model_dump()
-        return {k: v for k, v in flat.items() if k not in FINGERPRINT_KEYS or v is not None}
+        return {k: v for k, v in flat.items() if k not in _OPTIONAL_KEYS or v is not None}
 
 
 class _VerdictKeys(_Record):
